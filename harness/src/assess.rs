@@ -1,0 +1,157 @@
+//! From a run directory's recorded files to a [`Report`]: merge the per-process
+//! event files into `history.jsonl`, read `storage.jsonl`, run every checker,
+//! judge the expectations, and write `report.json`. The live run ends by calling
+//! exactly this, and so does `fencecheck check RUN_DIR`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use fencecheck_reports::{Latency, Report, RunInfo, Stats, SCHEMA_VERSION};
+use fencecheck_storage::LogRecord;
+
+use crate::check::{self, Recorded};
+use crate::history::{self, Event, EventType, F};
+use crate::scenario::Scenario;
+
+pub const RUN_INFO: &str = "run.json";
+pub const SCENARIO: &str = "scenario.toml";
+pub const HISTORY: &str = "history.jsonl";
+pub const STORAGE_LOG: &str = "storage.jsonl";
+
+/// The per-process event files of a run (`worker-*.jsonl`, `nemesis.jsonl`).
+pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(run_dir)
+        .with_context(|| format!("cannot read run directory {}", run_dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".jsonl") && (name.starts_with("worker-") || name == "nemesis.jsonl")
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+pub fn write_run_info(run_dir: &Path, info: &RunInfo) -> Result<()> {
+    let text = serde_json::to_string_pretty(info)?;
+    std::fs::write(run_dir.join(RUN_INFO), text + "\n")?;
+    Ok(())
+}
+
+/// Loads everything recorded in `run_dir` and produces the report (also written to
+/// `report.json`).
+pub fn assess(run_dir: &Path) -> Result<Report> {
+    let info: RunInfo = serde_json::from_str(
+        &std::fs::read_to_string(run_dir.join(RUN_INFO)).with_context(|| {
+            format!(
+                "{} is not a fencecheck run directory (no {RUN_INFO})",
+                run_dir.display()
+            )
+        })?,
+    )
+    .with_context(|| format!("{}: unreadable", run_dir.join(RUN_INFO).display()))?;
+    let scenario = Scenario::load(&run_dir.join(SCENARIO))?;
+
+    // Per-process files are the source of truth; history.jsonl is their merge. A run
+    // killed before merging still has them.
+    let files = event_files(run_dir)?;
+    let (events, mut problems) = if files.is_empty() {
+        history::read_jsonl::<Event>(&run_dir.join(HISTORY))
+            .with_context(|| format!("no event files and no {HISTORY} in {}", run_dir.display()))?
+    } else {
+        let (evs, p) = history::merge(&files)?;
+        history::write_history(&run_dir.join(HISTORY), &evs)?;
+        (evs, p)
+    };
+    let storage_path = run_dir.join(STORAGE_LOG);
+    let (storage, p) = if storage_path.exists() {
+        history::read_jsonl::<LogRecord>(&storage_path)?
+    } else {
+        (
+            Vec::new(),
+            vec![format!("{}: missing", storage_path.display())],
+        )
+    };
+    problems.extend(p);
+
+    let rec = Recorded::new(events, storage);
+    let checks = check::run_all(&rec);
+    let keepalive_lost = check::keepalive_lost(&rec.events);
+    let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
+    // A run that recorded nothing proves nothing: it never passes.
+    let mut passed = expectations.iter().all(|e| e.met);
+    if rec.events.iter().all(|e| e.process.worker().is_none()) || rec.storage.is_empty() {
+        passed = false;
+        problems.push("the run recorded no worker operations: nothing was tested".into());
+    }
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        fencecheck_version: env!("CARGO_PKG_VERSION").to_string(),
+        run: info,
+        passed,
+        expectations,
+        checks,
+        faults: rec.faults.clone(),
+        stats: stats(&rec.events),
+        problems,
+    };
+    report.write_json(run_dir)?;
+    Ok(report)
+}
+
+/// Operation counts and latency percentiles (invoke → completion per process).
+pub fn stats(events: &[Event]) -> Stats {
+    use std::collections::hash_map::Entry;
+    use std::collections::HashMap;
+    let mut s = Stats {
+        events: events.len() as u64,
+        ..Stats::default()
+    };
+    let ops = [F::Acquire, F::Read, F::Write, F::Release];
+    let mut hists: HashMap<F, hdrhistogram::Histogram<u64>> = HashMap::new();
+    let mut open: HashMap<(String, F), u64> = HashMap::new();
+    for e in events {
+        match (e.f, e.kind) {
+            (F::Acquire, EventType::Ok) => s.acquires_ok += 1,
+            (F::Acquire, EventType::Fail) => s.acquires_failed += 1,
+            (F::Read, EventType::Ok) => s.reads_ok += 1,
+            (F::Write, EventType::Ok) => s.writes_ok += 1,
+            (F::Write, EventType::Fail) => s.writes_rejected += 1,
+            (F::Write, EventType::Info) => s.writes_unknown += 1,
+            (F::KeepaliveLost, _) => s.keepalive_lost += 1,
+            _ => {}
+        }
+        if !ops.contains(&e.f) || e.process.worker().is_none() {
+            continue;
+        }
+        let k = (e.process.to_string(), e.f);
+        if e.kind == EventType::Invoke {
+            open.insert(k, e.time_ns);
+        } else if let Some(t0) = open.remove(&k) {
+            let us = e.time_ns.saturating_sub(t0) / 1_000;
+            let h = match hists.entry(e.f) {
+                Entry::Occupied(o) => o.into_mut(),
+                // new(3) auto-resizes; it only fails for more than 5 significant figures.
+                Entry::Vacant(v) => match hdrhistogram::Histogram::new(3) {
+                    Ok(h) => v.insert(h),
+                    Err(_) => continue,
+                },
+            };
+            let _ = h.record(us.max(1));
+        }
+    }
+    for f in ops {
+        if let Some(h) = hists.get(&f) {
+            s.latency.push(Latency {
+                op: f.to_string(),
+                count: h.len(),
+                p50_us: h.value_at_quantile(0.5),
+                p90_us: h.value_at_quantile(0.9),
+                p99_us: h.value_at_quantile(0.99),
+                p999_us: h.value_at_quantile(0.999),
+                max_us: h.max(),
+            });
+        }
+    }
+    s
+}

@@ -1,0 +1,165 @@
+//! Checkers: pure functions from the recorded files to verdicts. They never look at
+//! live processes, so `fencecheck check RUN_DIR` and the live run agree by
+//! construction.
+
+pub mod counter;
+pub mod fencing;
+pub mod mutex;
+
+use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
+use fencecheck_storage::LogRecord;
+
+use crate::history::{Event, EventType, Process, F};
+use crate::scenario::{Count, Expect};
+
+/// Everything the checkers read, loaded from a run directory.
+pub struct Recorded {
+    pub events: Vec<Event>,
+    pub storage: Vec<LogRecord>,
+    pub faults: Vec<FaultWindow>,
+}
+
+impl Recorded {
+    pub fn new(events: Vec<Event>, storage: Vec<LogRecord>) -> Recorded {
+        let faults = fault_windows(&events);
+        Recorded {
+            events,
+            storage,
+            faults,
+        }
+    }
+
+    /// Ids of the fault windows that overlap `[from, to]` (an open window counts as
+    /// lasting to the end of the record).
+    pub fn faults_between(&self, from: u64, to: u64) -> Vec<u32> {
+        self.faults
+            .iter()
+            .filter(|w| w.start_ns <= to && w.end_ns.unwrap_or(u64::MAX) >= from)
+            .map(|w| w.id)
+            .collect()
+    }
+}
+
+/// Pairs nemesis start (`invoke`) and end (`ok`/`fail`) events by `fault_id`.
+pub fn fault_windows(events: &[Event]) -> Vec<FaultWindow> {
+    let mut out: Vec<FaultWindow> = Vec::new();
+    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
+        let Some(id) = e.fault_id else { continue };
+        match e.kind {
+            EventType::Invoke => out.push(FaultWindow {
+                id,
+                kind: e.f.to_string(),
+                target: e.target.clone().unwrap_or_default(),
+                start_ns: e.time_ns,
+                end_ns: None,
+                outcome: "open".into(),
+                detail: e.detail.clone().unwrap_or(serde_json::Value::Null),
+            }),
+            _ => {
+                if let Some(w) = out
+                    .iter_mut()
+                    .rev()
+                    .find(|w| w.id == id && w.end_ns.is_none())
+                {
+                    w.end_ns = Some(e.time_ns);
+                    w.outcome = if e.kind == EventType::Ok {
+                        "ok"
+                    } else {
+                        "fail"
+                    }
+                    .into();
+                    if let Some(d) = &e.detail {
+                        merge_json(&mut w.detail, d);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn merge_json(into: &mut serde_json::Value, from: &serde_json::Value) {
+    match (into.as_object_mut(), from.as_object()) {
+        (Some(a), Some(b)) => {
+            for (k, v) in b {
+                a.insert(k.clone(), v.clone());
+            }
+        }
+        _ => *into = from.clone(),
+    }
+}
+
+pub fn run_all(rec: &Recorded) -> Checks {
+    Checks {
+        fencing: fencing::check(rec),
+        mutex: mutex::check(rec),
+        counter: counter::check(rec),
+        linearizable: None,
+    }
+}
+
+/// Compares the checks with the scenario's `[expect]`. Unset expectations are not
+/// judged (the checks are still reported).
+pub fn evaluate(expect: &Expect, checks: &Checks, keepalive_lost: u64) -> Vec<Expectation> {
+    let mut out = Vec::new();
+    let mut count = |name: &str, want: Option<Count>, actual: u64| {
+        if let Some(want) = want {
+            out.push(Expectation {
+                name: name.into(),
+                expected: want.to_string(),
+                actual: actual.to_string(),
+                met: want.matches(actual),
+            });
+        }
+    };
+    count(
+        "fencing_violations",
+        Some(expect.fencing_violations),
+        checks.fencing.stale_accepted,
+    );
+    count(
+        "stale_rejected",
+        expect.stale_rejected,
+        checks.fencing.stale_rejected,
+    );
+    count(
+        "fresh_rejected",
+        expect.fresh_rejected,
+        checks.fencing.fresh_rejected,
+    );
+    count(
+        "mutex_overlaps",
+        expect.mutex_overlaps,
+        checks.mutex.overlaps,
+    );
+    count("lost_updates", expect.lost_updates, checks.counter.lost);
+    count("keepalive_lost", expect.keepalive_lost, keepalive_lost);
+    if let Some(want) = expect.linearizable {
+        let actual = checks
+            .linearizable
+            .as_ref()
+            .map(|l| l.valid)
+            .unwrap_or(Validity::Unknown);
+        out.push(Expectation {
+            name: "linearizable".into(),
+            expected: want.to_string(),
+            actual: match actual {
+                Validity::Valid => "true".into(),
+                Validity::Invalid => "false".into(),
+                Validity::Unknown => "unknown".into(),
+            },
+            met: actual == Validity::from_bool(want),
+        });
+    }
+    out
+}
+
+/// Who sent a storage request, as a display name.
+pub fn client_name(client: &str) -> String {
+    format!("worker {client}")
+}
+
+/// Counts keepalive losses in the history.
+pub fn keepalive_lost(events: &[Event]) -> u64 {
+    events.iter().filter(|e| e.f == F::KeepaliveLost).count() as u64
+}

@@ -1,0 +1,241 @@
+//! Commands only: parse arguments, call the stage, map the outcome to an exit code
+//! (0 every expectation met, 1 a check failed or an expectation was not met,
+//! 2 bad input or the harness could not run).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::run::{Overrides, RunError};
+use crate::scenario::{BackendKind, EtcdVersion, Scenario};
+use crate::{assess, output, worker};
+
+pub const EXIT_PASS: i32 = 0;
+pub const EXIT_FAIL: i32 = 1;
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "fencecheck",
+    version,
+    about = "Chaos harness for distributed locks with fencing tokens"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (expected e.g. 30s, 1m)"))
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one scenario end to end and check it.
+    Scenario {
+        /// The scenario file (TOML).
+        file: PathBuf,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// auto | process | docker
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        /// Override the scenario's duration (e.g. 30s).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        #[arg(long)]
+        workers: Option<u32>,
+        /// Override `[cluster] etcd`: 3.5 or 3.4.
+        #[arg(long)]
+        etcd: Option<EtcdVersion>,
+        /// Run directory (default runs/<scenario>-<UTC time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress output; the verdict table only.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Re-run every checker on a recorded run, offline.
+    Check { run_dir: PathBuf },
+    /// Re-render the report of a recorded run.
+    Report { run_dir: PathBuf },
+    /// Parse and validate scenario files without running them.
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// (internal) One lock-contending worker process.
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        config: String,
+    },
+    /// (internal) The fencing storage service.
+    #[command(hide = true)]
+    Storage {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        fencing: fencecheck_storage::Fencing,
+    },
+}
+
+fn runtime(multi: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    if multi {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+fn error(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("fencecheck: error: {msg}");
+    EXIT_ERROR
+}
+
+pub fn main() -> i32 {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                EXIT_ERROR
+            } else {
+                EXIT_PASS
+            };
+        }
+    };
+    match cli.command {
+        Command::Scenario {
+            file,
+            seed,
+            backend,
+            duration,
+            workers,
+            etcd,
+            out,
+            quiet,
+        } => {
+            let scenario = match Scenario::load(&file) {
+                Ok(s) => s,
+                Err(e) => return error(e),
+            };
+            let o = Overrides {
+                seed,
+                backend,
+                duration,
+                workers,
+                etcd,
+                out,
+            };
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            let result = rt.block_on(async {
+                tokio::select! {
+                    r = crate::run::run(&file, scenario, &o, quiet) => Some(r),
+                    // Outside the main phase (start-up, wind-down) Ctrl-C drops the run:
+                    // every child is killed and continued by its Drop.
+                    _ = tokio::signal::ctrl_c() => None,
+                }
+            });
+            match result {
+                Some(Ok((report, dir))) => {
+                    print!("{}", output::verdict_table(&report, &dir));
+                    if report.passed {
+                        EXIT_PASS
+                    } else {
+                        EXIT_FAIL
+                    }
+                }
+                Some(Err(RunError::Interrupted(d))) => {
+                    error(format!("interrupted; recorded files are in {d}"))
+                }
+                Some(Err(RunError::Harness(e))) => error(format!("{e:#}")),
+                None => error("interrupted"),
+            }
+        }
+        Command::Check { run_dir } | Command::Report { run_dir } => {
+            match assess::assess(&run_dir) {
+                Ok(report) => {
+                    print!("{}", output::verdict_table(&report, &run_dir));
+                    if report.passed {
+                        EXIT_PASS
+                    } else {
+                        EXIT_FAIL
+                    }
+                }
+                Err(e) => error(format!("{e:#}")),
+            }
+        }
+        Command::Validate { files } => {
+            let mut bad = 0;
+            for f in &files {
+                match Scenario::load(f) {
+                    Ok(s) => println!(
+                        "{}: ok ({}, {} workers, {} faults)",
+                        f.display(),
+                        s.name,
+                        s.workload.workers,
+                        s.faults.len()
+                    ),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        bad += 1;
+                    }
+                }
+            }
+            if bad > 0 {
+                EXIT_ERROR
+            } else {
+                EXIT_PASS
+            }
+        }
+        Command::Worker { config } => {
+            let cfg: worker::WorkerConfig = match serde_json::from_str(&config) {
+                Ok(c) => c,
+                Err(e) => return error(format!("bad worker config: {e}")),
+            };
+            match runtime(false)
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(worker::run(cfg)))
+            {
+                Ok(()) => EXIT_PASS,
+                Err(e) => error(format!("worker: {e:#}")),
+            }
+        }
+        Command::Storage {
+            listen,
+            log,
+            fencing,
+        } => {
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            let shutdown = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            match rt.block_on(fencecheck_storage::serve(
+                listen, log, fencing, None, shutdown,
+            )) {
+                Ok(()) => EXIT_PASS,
+                Err(e) => error(format!("storage: {e:#}")),
+            }
+        }
+    }
+}

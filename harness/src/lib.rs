@@ -1,0 +1,18 @@
+//! fencecheck: a chaos harness for distributed locks with fencing tokens.
+//!
+//! The path of data: [`scenario`] (TOML → Scenario) → [`run`] (backend, workers,
+//! nemesis) → files in the run directory ([`history`], the storage log) →
+//! [`check`] (pure checkers) → [`assess`] (report.json) → [`output`] (terminal).
+
+pub mod assess;
+pub mod backend;
+pub mod check;
+pub mod cli;
+pub mod etcd;
+pub mod history;
+pub mod nemesis;
+pub mod output;
+pub mod proc;
+pub mod run;
+pub mod scenario;
+pub mod worker;

@@ -1,0 +1,136 @@
+//! The nemesis: injects the planned faults at their times and records what it
+//! actually did as `nemesis` events (an `invoke` at injection, `ok` when healed,
+//! `fail` when it could not be done), each pair sharing a `fault_id`.
+
+pub mod lease;
+pub mod pause;
+pub mod schedule;
+mod target;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use etcd_client::Client;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::history::{Event, EventType, EventWriter, Process, F};
+use crate::scenario::FaultKind;
+pub use schedule::{plan, Planned};
+pub use target::Victim;
+
+pub struct Nemesis {
+    etcd: Client,
+    /// Worker id → pid.
+    workers: HashMap<u32, u32>,
+    log: Mutex<EventWriter>,
+    rng: Mutex<ChaCha8Rng>,
+    /// Pids this nemesis has stopped and not yet continued: healed on every exit path.
+    stopped: Mutex<HashSet<u32>>,
+}
+
+impl Nemesis {
+    pub async fn new(
+        etcd_endpoints: &[String],
+        workers: HashMap<u32, u32>,
+        events: &Path,
+        seed: u64,
+    ) -> Result<Arc<Nemesis>> {
+        let etcd = Client::connect(
+            etcd_endpoints,
+            Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2))),
+        )
+        .await?;
+        Ok(Arc::new(Nemesis {
+            etcd,
+            workers,
+            log: Mutex::new(EventWriter::create(events)?),
+            // Target choices use their own stream, so they do not shift the schedule.
+            rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x9e37_79b9))),
+            stopped: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// Runs the whole plan; returns when every fault has ended.
+    pub async fn run(self: Arc<Self>, plan: Vec<Planned>, start: tokio::time::Instant) {
+        let mut tasks = Vec::new();
+        for p in plan {
+            let me = self.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(start + p.at).await;
+                me.inject(&p).await;
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
+    async fn inject(&self, p: &Planned) {
+        let f = match p.kind {
+            FaultKind::Pause => F::Pause,
+            FaultKind::RevokeLease => F::RevokeLease,
+        };
+        let victims = match target::resolve(self, p.target).await {
+            Ok(v) => v,
+            Err(e) => {
+                let mut ev = self.event(p, EventType::Invoke, f);
+                ev.detail = Some(serde_json::json!({ "planned_at_ms": p.at.as_millis() as u64 }));
+                self.record(&ev);
+                let mut end = self.event(p, EventType::Fail, f);
+                end.error = Some(format!("{e:#}"));
+                self.record(&end);
+                return;
+            }
+        };
+        match p.kind {
+            FaultKind::Pause => pause::run(self, p, &victims).await,
+            FaultKind::RevokeLease => lease::revoke(self, p, &victims).await,
+        }
+    }
+
+    fn event(&self, p: &Planned, kind: EventType, f: F) -> Event {
+        let mut e = Event::new(Process::nemesis(), kind, f);
+        e.fault_id = Some(p.id);
+        e.target = Some(p.target.to_string());
+        e
+    }
+
+    fn record(&self, e: &Event) {
+        match self.log.lock() {
+            Ok(mut w) => {
+                if let Err(err) = w.write(e) {
+                    tracing::error!("cannot record nemesis event: {err}");
+                }
+            }
+            Err(_) => tracing::error!("nemesis log lock poisoned"),
+        }
+    }
+
+    /// Continues every process this nemesis stopped. Safe to call any number of
+    /// times, from any exit path.
+    pub fn heal(&self) {
+        if let Ok(mut s) = self.stopped.lock() {
+            for pid in s.drain() {
+                let _ = pause::cont(pid);
+            }
+        }
+    }
+}
+
+impl Drop for Nemesis {
+    fn drop(&mut self) {
+        self.heal();
+    }
+}
+
+fn victims_json(v: &[Victim]) -> serde_json::Value {
+    serde_json::Value::Array(
+        v.iter()
+            .map(|v| serde_json::to_value(v).unwrap_or_default())
+            .collect(),
+    )
+}

@@ -1,0 +1,115 @@
+//! The seeded fault schedule: computed up front from the scenario and the seed
+//! alone, so the same seed always gives the same schedule (recorded in the report).
+
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::scenario::{FaultKind, Scenario, Target};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub id: u32,
+    /// Index of the `[[fault]]` table it comes from.
+    pub spec: usize,
+    pub kind: FaultKind,
+    pub target: Target,
+    /// Offset from the start of the run.
+    pub at: Duration,
+    pub duration: Duration,
+}
+
+/// Faults must end before the run does, so every paused process wakes and acts
+/// while the run still records.
+pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for (spec, f) in scenario.faults.iter().enumerate() {
+        let duration = match f.kind {
+            FaultKind::Pause => f.duration.unwrap_or_default(),
+            FaultKind::RevokeLease => Duration::ZERO,
+        };
+        let fits = |at: Duration| at + duration < scenario.duration;
+        if let Some(at) = f.at {
+            if fits(at) {
+                out.push((spec, f.kind, f.target, at, duration));
+            }
+            continue;
+        }
+        let Some(every) = f.every else { continue };
+        let mut t = Duration::ZERO;
+        // A fault of one table never overlaps the previous one of the same table.
+        let mut prev_end = Duration::ZERO;
+        loop {
+            let gap = if f.jitter {
+                Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
+            } else {
+                every
+            };
+            t = (t + gap).max(prev_end);
+            if !fits(t) {
+                break;
+            }
+            out.push((spec, f.kind, f.target, t, duration));
+            prev_end = t + duration;
+        }
+    }
+    out.sort_by_key(|p| (p.3, p.0));
+    out.into_iter()
+        .enumerate()
+        .map(|(i, (spec, kind, target, at, duration))| Planned {
+            id: i as u32 + 1,
+            spec,
+            kind,
+            target,
+            at,
+            duration,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(faults: &str) -> Scenario {
+        let text = format!("name = \"s\"\nduration = \"30s\"\n{faults}");
+        Scenario::parse(&text, "s.toml").expect("scenario")
+    }
+
+    #[test]
+    fn every_without_jitter_is_periodic_and_fits_the_run() {
+        let s = scenario("[[fault]]\nkind = \"pause\"\nevery = \"5s\"\nduration = \"3s\"\n");
+        let p = plan(&s, 1);
+        let at: Vec<u64> = p.iter().map(|p| p.at.as_secs()).collect();
+        assert_eq!(at, vec![5, 10, 15, 20, 25]);
+        assert!(p.iter().all(|p| p.at + p.duration < s.duration));
+    }
+
+    #[test]
+    fn same_seed_same_schedule_different_seed_differs() {
+        let s = scenario(
+            "[[fault]]\nkind = \"pause\"\nevery = \"2s\"\njitter = true\nduration = \"1s\"\n\
+             [[fault]]\nkind = \"revoke-lease\"\nevery = \"3s\"\njitter = true\n",
+        );
+        assert_eq!(plan(&s, 42), plan(&s, 42));
+        assert_ne!(plan(&s, 42), plan(&s, 43));
+        let p = plan(&s, 42);
+        // Same-table pauses never overlap.
+        let pauses: Vec<_> = p.iter().filter(|p| p.kind == FaultKind::Pause).collect();
+        for w in pauses.windows(2) {
+            assert!(w[1].at >= w[0].at + w[0].duration, "{w:?}");
+        }
+        let ids: Vec<u32> = p.iter().map(|p| p.id).collect();
+        assert_eq!(ids, (1..=p.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn at_is_single() {
+        let s = scenario("[[fault]]\nkind = \"revoke-lease\"\nat = \"4s\"\n");
+        let p = plan(&s, 0);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].at, Duration::from_secs(4));
+    }
+}

@@ -1,0 +1,315 @@
+//! The report model — plain serde types shared by every stage that produces or reads
+//! a report — and its renderers. `report.json` is this model serialized; its schema
+//! is documented in `docs/report-schema.md` and versioned by [`SCHEMA_VERSION`].
+//!
+//! Times are `CLOCK_MONOTONIC` nanoseconds as recorded; `time_origin_ns` is the run's
+//! start, so a renderer shows `(t - time_origin_ns)` as seconds into the run.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    Valid,
+    Invalid,
+    Unknown,
+}
+
+impl Validity {
+    pub fn from_bool(ok: bool) -> Validity {
+        if ok {
+            Validity::Valid
+        } else {
+            Validity::Invalid
+        }
+    }
+}
+
+impl std::fmt::Display for Validity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Validity::Valid => "valid",
+            Validity::Invalid => "INVALID",
+            Validity::Unknown => "unknown",
+        })
+    }
+}
+
+impl Serialize for Validity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Validity::Valid => s.serialize_bool(true),
+            Validity::Invalid => s.serialize_bool(false),
+            Validity::Unknown => s.serialize_str("unknown"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Validity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Bool(b) => Ok(Validity::from_bool(b)),
+            serde_json::Value::String(s) if s == "unknown" => Ok(Validity::Unknown),
+            other => Err(serde::de::Error::custom(format!(
+                "expected true, false or \"unknown\", got {other}"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub fencecheck_version: String,
+    pub run: RunInfo,
+    /// Did every expectation hold? Decides the exit code (0 or 1).
+    pub passed: bool,
+    pub expectations: Vec<Expectation>,
+    pub checks: Checks,
+    /// Fault windows as the nemesis recorded them.
+    pub faults: Vec<FaultWindow>,
+    pub stats: Stats,
+    /// Non-fatal problems met while reading the recorded files (torn lines, …).
+    pub problems: Vec<String>,
+}
+
+/// Facts about the run (recorded when it ran; `check` reuses them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub scenario: String,
+    pub description: String,
+    pub seed: u64,
+    /// The exact command that reproduces this run.
+    pub command: String,
+    pub run_dir: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub backend: String,
+    pub backend_reason: String,
+    pub etcd_version: String,
+    pub etcd_members: u8,
+    pub workers: u32,
+    pub keys: u32,
+    pub ttl_s: u64,
+    pub fencing: String,
+    pub token: String,
+    pub time_origin_ns: u64,
+    pub time_end_ns: u64,
+    /// The planned fault schedule (same seed → same schedule).
+    pub schedule: Vec<PlannedFault>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedFault {
+    pub id: u32,
+    pub kind: String,
+    pub target: String,
+    pub at_ms: u64,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Expectation {
+    /// The `[expect]` field, e.g. `fencing_violations`.
+    pub name: String,
+    pub expected: String,
+    pub actual: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checks {
+    pub fencing: FencingCheck,
+    pub mutex: MutexCheck,
+    pub counter: CounterCheck,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linearizable: Option<LinearizableCheck>,
+}
+
+/// One write as the storage logged it, with who sent it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriteRef {
+    pub worker: String,
+    pub key: String,
+    pub seq: u64,
+    pub time_ns: u64,
+    pub value: Option<i64>,
+    pub token: Option<i64>,
+    pub revision: Option<i64>,
+    pub lease: Option<i64>,
+    pub verdict: String,
+    pub request_id: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StaleWrite {
+    /// The write from the older grant that the storage accepted.
+    pub stale: WriteRef,
+    /// The earlier write that proved a newer grant existed.
+    pub newer: WriteRef,
+    /// When the stale writer's grant was acquired (client-observed), if known.
+    pub stale_acquired_ns: Option<u64>,
+    /// Fault windows (ids) overlapping the stale grant's life up to the write.
+    pub faults: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FencingCheck {
+    pub valid: Validity,
+    pub writes: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    /// Accepted writes from a grant older than one already seen writing: violations.
+    pub stale_accepted: u64,
+    /// Stale writes the storage rejected: fencing at work.
+    pub stale_rejected: u64,
+    /// Writes from the newest grant seen that were rejected: a liveness failure.
+    pub fresh_rejected: u64,
+    /// Writes carrying no grant revision (cannot be judged).
+    pub unjudged: u64,
+    pub violations: Vec<StaleWrite>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fresh_rejected_examples: Vec<WriteRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    pub worker: u32,
+    pub key: String,
+    pub revision: Option<i64>,
+    pub lease: Option<i64>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// False when the worker never got to release (run ended, or it was killed).
+    pub released: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Overlap {
+    pub a: Hold,
+    pub b: Hold,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub faults: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MutexCheck {
+    pub valid: Validity,
+    pub holds: u64,
+    pub overlaps: u64,
+    /// The first overlaps (at most 50).
+    pub examples: Vec<Overlap>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyCount {
+    pub key: String,
+    /// Increments whose write the client saw accepted.
+    pub acknowledged: u64,
+    /// Increments the storage accepted (acknowledged or not).
+    pub applied: u64,
+    pub final_value: i64,
+    /// `applied - final_value` when positive: increments overwritten.
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CounterCheck {
+    pub valid: Validity,
+    pub acknowledged: u64,
+    pub lost: u64,
+    pub keys: Vec<KeyCount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinearizableCheck {
+    pub valid: Validity,
+    pub model: String,
+    pub operations: u64,
+    pub elapsed_ms: f64,
+    /// The checker's own result (partitions, counterexample), as it produced it.
+    pub detail: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultWindow {
+    pub id: u32,
+    pub kind: String,
+    pub target: String,
+    pub start_ns: u64,
+    /// `None` when the fault never ended in the record (run killed mid-fault).
+    pub end_ns: Option<u64>,
+    /// `ok`, or `fail` when the fault could not be applied (e.g. no holder).
+    pub outcome: String,
+    /// What was actually done (worker, pid, lease, revision…).
+    pub detail: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub events: u64,
+    pub acquires_ok: u64,
+    pub acquires_failed: u64,
+    pub reads_ok: u64,
+    pub writes_ok: u64,
+    pub writes_rejected: u64,
+    pub writes_unknown: u64,
+    pub keepalive_lost: u64,
+    pub latency: Vec<Latency>,
+}
+
+/// Latency percentiles of one operation kind, microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Latency {
+    pub op: String,
+    pub count: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl Report {
+    /// Writes `report.json` into `dir`.
+    pub fn write_json(&self, dir: &Path) -> std::io::Result<std::path::PathBuf> {
+        let path = dir.join("report.json");
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&path, text + "\n")?;
+        Ok(path)
+    }
+
+    pub fn read_json(path: &Path) -> std::io::Result<Report> {
+        let text = std::fs::read_to_string(path)?;
+        serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_serializes_as_bool_or_unknown() {
+        assert_eq!(
+            serde_json::to_string(&Validity::Valid).ok(),
+            Some("true".into())
+        );
+        assert_eq!(
+            serde_json::to_string(&Validity::Invalid).ok(),
+            Some("false".into())
+        );
+        assert_eq!(
+            serde_json::to_string(&Validity::Unknown).ok(),
+            Some("\"unknown\"".into())
+        );
+        let v: Validity = serde_json::from_str("\"unknown\"").expect("parse");
+        assert_eq!(v, Validity::Unknown);
+        assert!(serde_json::from_str::<Validity>("3").is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! The fencing-aware key-value service that fencecheck's workers write to.
+//!
+//! One `POST /` endpoint takes a JSON [`Request`] (`read` or `write`), decides a
+//! [`Verdict`] under the configured [`Fencing`] mode, appends a [`LogRecord`] to the
+//! durable log (`storage.jsonl`) and flushes it **before** answering, so the log is
+//! never behind what a client was told. `GET /history` returns the log.
+//!
+//! The state is one mutex-protected map: the service is a linearizable register per
+//! key by construction, which is what the `linearizable` checker validates from the
+//! client side.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+/// Largest request body accepted; anything larger is a 400, not a crash.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// How the storage compares a write's token with the tokens it accepted before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fencing {
+    /// Accept iff `token >= max accepted token` for the key, then raise the max.
+    Monotonic,
+    /// etcd `contrib/lock`'s check: the first write fixes the key's token and every
+    /// later write must carry exactly that token.
+    Exact,
+    /// Accept everything: the negative control.
+    Off,
+}
+
+impl std::str::FromStr for Fencing {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "monotonic" => Ok(Fencing::Monotonic),
+            "exact" => Ok(Fencing::Exact),
+            "off" => Ok(Fencing::Off),
+            other => Err(format!(
+                "unknown fencing mode {other:?}, expected monotonic, exact or off"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpKind {
+    Read,
+    Write,
+}
+
+/// A client request. `revision` is the lock grant's CreateRevision and is sent with
+/// every request whatever the token mode, so the fencing checker can judge writes
+/// independently of what the storage compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    pub op: OpKind,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<i64>,
+    pub client: String,
+    pub request_id: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// A read was served.
+    Ok,
+    Accepted,
+    RejectedStale,
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub verdict: Verdict,
+    /// The key's value after the request (`null` when the key was never written).
+    pub value: Option<i64>,
+    /// The key's current fencing token after the request.
+    pub token: Option<i64>,
+    pub seq: u64,
+}
+
+/// One line of `storage.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub seq: u64,
+    pub time_ns: u64,
+    pub request: Request,
+    pub verdict: Verdict,
+    pub token_before: Option<i64>,
+    pub token_after: Option<i64>,
+    pub value_before: Option<i64>,
+    pub value_after: Option<i64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Cell {
+    value: Option<i64>,
+    token: Option<i64>,
+}
+
+/// The service state: the map and the log behind one lock, so the order of the log
+/// is the order in which requests took effect.
+pub struct Store {
+    fencing: Fencing,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    cells: HashMap<String, Cell>,
+    log: File,
+    seq: u64,
+}
+
+/// Monotonic clock in nanoseconds, the same clock (`CLOCK_MONOTONIC`) that every
+/// fencecheck process stamps its events with, so storage and history times compare.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes into the timespec we own; CLOCK_MONOTONIC
+    // always exists on Linux, so the call cannot fail.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Store {
+    /// Opens (appending to) the log at `log_path`. Appending keeps the earlier records
+    /// of a restarted storage; state is rebuilt from them so fencing survives restarts.
+    pub fn open(log_path: &Path, fencing: Fencing) -> std::io::Result<Store> {
+        let mut cells = HashMap::new();
+        let mut seq = 0;
+        if log_path.exists() {
+            let text = std::fs::read_to_string(log_path)?;
+            for line in text.lines() {
+                // A torn last line (killed mid-write) is skipped: it was never answered.
+                if let Ok(rec) = serde_json::from_str::<LogRecord>(line) {
+                    seq = rec.seq;
+                    cells.insert(
+                        rec.request.key.clone(),
+                        Cell {
+                            value: rec.value_after,
+                            token: rec.token_after,
+                        },
+                    );
+                }
+            }
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)?;
+        Ok(Store {
+            fencing,
+            inner: Mutex::new(Inner { cells, log, seq }),
+        })
+    }
+
+    /// Applies one request, logs it durably, and returns the answer.
+    pub async fn apply(&self, req: Request) -> Result<Answer, String> {
+        if req.op == OpKind::Write && req.val.is_none() {
+            return Err("a write needs an integer `val`".into());
+        }
+        if req.op == OpKind::Write && self.fencing != Fencing::Off && req.token.is_none() {
+            return Err(format!(
+                "a write needs a `token` when fencing is {:?}",
+                self.fencing
+            ));
+        }
+        let mut inner = self.inner.lock().await;
+        let before = inner.cells.get(&req.key).copied().unwrap_or_default();
+        let (verdict, after) = decide(self.fencing, &req, before);
+        inner.seq += 1;
+        let rec = LogRecord {
+            seq: inner.seq,
+            time_ns: monotonic_ns(),
+            request: req.clone(),
+            verdict,
+            token_before: before.token,
+            token_after: after.token,
+            value_before: before.value,
+            value_after: after.value,
+        };
+        let mut line = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        if let Err(e) = inner.log.write_all(&line).and_then(|_| inner.log.flush()) {
+            // Not logged means not applied: the client must not be told "accepted".
+            inner.seq -= 1;
+            return Err(format!("storage log write failed: {e}"));
+        }
+        inner.cells.insert(req.key, after);
+        Ok(Answer {
+            verdict,
+            value: after.value,
+            token: after.token,
+            seq: rec.seq,
+        })
+    }
+
+    pub fn fencing(&self) -> Fencing {
+        self.fencing
+    }
+}
+
+fn decide(fencing: Fencing, req: &Request, before: Cell) -> (Verdict, Cell) {
+    match req.op {
+        OpKind::Read => (Verdict::Ok, before),
+        OpKind::Write => {
+            let accept = match fencing {
+                Fencing::Off => true,
+                Fencing::Monotonic => match (before.token, req.token) {
+                    (Some(max), Some(t)) => t >= max,
+                    _ => true,
+                },
+                Fencing::Exact => match before.token {
+                    None => true,
+                    Some(cur) => req.token == Some(cur),
+                },
+            };
+            if accept {
+                let token = match fencing {
+                    Fencing::Off => before.token.max(req.token),
+                    _ => req.token,
+                };
+                (
+                    Verdict::Accepted,
+                    Cell {
+                        value: req.val,
+                        token,
+                    },
+                )
+            } else {
+                (Verdict::RejectedStale, before)
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    store: Arc<Store>,
+    log_path: PathBuf,
+}
+
+/// Builds the HTTP router for a store whose log lives at `log_path`.
+pub fn router(store: Arc<Store>, log_path: PathBuf) -> Router {
+    Router::new()
+        .route("/", post(handle))
+        .route("/history", get(history))
+        .route("/health", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(AppState { store, log_path })
+}
+
+fn bad_request(reason: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": reason })),
+    )
+        .into_response()
+}
+
+async fn handle(
+    State(st): State<AppState>,
+    body: Result<Json<Request>, JsonRejection>,
+) -> Response {
+    let req = match body {
+        Ok(Json(r)) => r,
+        Err(rej) => return bad_request(rej.body_text()),
+    };
+    match st.store.apply(req).await {
+        Ok(resp) => Json(resp).into_response(),
+        Err(reason) => bad_request(reason),
+    }
+}
+
+async fn history(State(st): State<AppState>) -> Response {
+    // The log file is the history; it is flushed per record, so reading it is enough.
+    match tokio::fs::read(&st.log_path).await {
+        Ok(bytes) => ([("content-type", "application/x-ndjson")], bytes).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Serves until `shutdown` resolves. Binds `listen` (loopback by default).
+pub async fn serve(
+    listen: SocketAddr,
+    log_path: PathBuf,
+    fencing: Fencing,
+    ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = Arc::new(Store::open(&log_path, fencing)?);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, ?fencing, log = %log_path.display(), "storage listening");
+    if let Some(tx) = ready {
+        let _ = tx.send(addr);
+    }
+    axum::serve(listener, router(store, log_path))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(token: i64, val: i64) -> Request {
+        Request {
+            op: OpKind::Write,
+            key: "k0".into(),
+            val: Some(val),
+            token: Some(token),
+            revision: Some(token),
+            lease: None,
+            client: "1".into(),
+            request_id: 1,
+        }
+    }
+
+    #[test]
+    fn monotonic_accepts_equal_and_greater_rejects_lower() {
+        let c = Cell::default();
+        let (v, c) = decide(Fencing::Monotonic, &w(5, 1), c);
+        assert_eq!(v, Verdict::Accepted);
+        let (v, c) = decide(Fencing::Monotonic, &w(5, 2), c);
+        assert_eq!(v, Verdict::Accepted);
+        let (v, c) = decide(Fencing::Monotonic, &w(4, 3), c);
+        assert_eq!(v, Verdict::RejectedStale);
+        assert_eq!(c.value, Some(2));
+        let (v, c) = decide(Fencing::Monotonic, &w(9, 4), c);
+        assert_eq!(v, Verdict::Accepted);
+        assert_eq!(c.token, Some(9));
+    }
+
+    #[test]
+    fn exact_rejects_every_later_holder() {
+        let (v, c) = decide(Fencing::Exact, &w(5, 1), Cell::default());
+        assert_eq!(v, Verdict::Accepted);
+        let (v, _) = decide(Fencing::Exact, &w(9, 2), c);
+        assert_eq!(
+            v,
+            Verdict::RejectedStale,
+            "a newer legitimate holder is rejected"
+        );
+        let (v, _) = decide(Fencing::Exact, &w(5, 3), c);
+        assert_eq!(v, Verdict::Accepted);
+    }
+
+    #[test]
+    fn off_accepts_stale() {
+        let (_, c) = decide(Fencing::Off, &w(9, 1), Cell::default());
+        let (v, c) = decide(Fencing::Off, &w(3, 2), c);
+        assert_eq!(v, Verdict::Accepted);
+        assert_eq!(c.value, Some(2));
+    }
+}
