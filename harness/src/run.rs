@@ -116,7 +116,7 @@ pub async fn run(
         Backend::start(scenario.cluster.backend, &scenario, &run_dir, &say).await?;
     let outcome = drive(scenario_path, &scenario, seed, &run_dir, &dep, quiet, &say).await;
     backend.stop().await;
-    let _ = outcome?;
+    outcome?;
     say("checking the recorded history");
     let report = assess::assess(&run_dir)?;
     Ok((report, run_dir))

@@ -12,40 +12,31 @@ use fencecheck_storage::{OpKind, Verdict};
 use super::Recorded;
 use crate::history::{EventType, F};
 
+fn slot<'a>(keys: &'a mut BTreeMap<String, KeyCount>, key: &str) -> &'a mut KeyCount {
+    keys.entry(key.to_string()).or_insert_with(|| KeyCount {
+        key: key.to_string(),
+        acknowledged: 0,
+        applied: 0,
+        final_value: 0,
+        lost: 0,
+    })
+}
+
 pub fn check(rec: &Recorded) -> CounterCheck {
     let mut keys: BTreeMap<String, KeyCount> = BTreeMap::new();
-    let entry = |keys: &mut BTreeMap<String, KeyCount>, k: &str| {
-        keys.entry(k.to_string())
-            .or_insert_with(|| KeyCount {
-                key: k.to_string(),
-                acknowledged: 0,
-                applied: 0,
-                final_value: 0,
-                lost: 0,
-            })
-            .key
-            .clone()
-    };
     for e in &rec.events {
-        if e.f == F::Write && e.kind == EventType::Ok {
-            if let Some(k) = &e.key {
-                let k = entry(&mut keys, k);
-                if let Some(c) = keys.get_mut(&k) {
-                    c.acknowledged += 1;
-                }
-            }
+        if let (F::Write, EventType::Ok, Some(k)) = (e.f, e.kind, &e.key) {
+            slot(&mut keys, k).acknowledged += 1;
         }
     }
     // The storage log's order is the order writes took effect: its last record per
     // key holds the final value.
     for r in &rec.storage {
-        let k = entry(&mut keys, &r.request.key);
-        if let Some(c) = keys.get_mut(&k) {
-            if r.request.op == OpKind::Write && r.verdict == Verdict::Accepted {
-                c.applied += 1;
-            }
-            c.final_value = r.value_after.unwrap_or(0);
+        let c = slot(&mut keys, &r.request.key);
+        if r.request.op == OpKind::Write && r.verdict == Verdict::Accepted {
+            c.applied += 1;
         }
+        c.final_value = r.value_after.unwrap_or(0);
     }
     let mut lost = 0;
     let mut acknowledged = 0;
