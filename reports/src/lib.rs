@@ -9,6 +9,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub mod timeline;
+pub use timeline::{Notice, OpMark, Timeline};
+
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
