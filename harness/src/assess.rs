@@ -17,6 +17,8 @@ pub const RUN_INFO: &str = "run.json";
 pub const SCENARIO: &str = "scenario.toml";
 pub const HISTORY: &str = "history.jsonl";
 pub const STORAGE_LOG: &str = "storage.jsonl";
+/// The heal phase's final reads (process `final`).
+pub const FINAL_EVENTS: &str = "final.jsonl";
 
 /// The per-process event files of a run (`worker-*.jsonl`, `nemesis.jsonl`).
 pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -25,7 +27,8 @@ pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            name.ends_with(".jsonl") && (name.starts_with("worker-") || name == "nemesis.jsonl")
+            name.ends_with(".jsonl")
+                && (name.starts_with("worker-") || name == "nemesis.jsonl" || name == FINAL_EVENTS)
         })
         .collect();
     out.sort();
@@ -80,7 +83,9 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
     // A run that recorded nothing proves nothing: it never passes.
     let mut passed = expectations.iter().all(|e| e.met);
-    if rec.events.iter().all(|e| e.process.worker().is_none()) || rec.storage.is_empty() {
+    if rec.events.iter().all(|e| e.process.worker().is_none())
+        || !rec.storage.iter().any(|r| r.request.client != "final")
+    {
         passed = false;
         problems.push("the run recorded no worker operations: nothing was tested".into());
     }

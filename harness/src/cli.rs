@@ -65,6 +65,11 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Measure fencecheck's own machinery (figures, never pass/fail).
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
     /// (internal) One lock-contending worker process.
     #[command(hide = true)]
     Worker {
@@ -80,6 +85,20 @@ enum Command {
         log: PathBuf,
         #[arg(long)]
         fencing: fencecheck_storage::Fencing,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Added latency (p50/p99) and throughput through the fault proxy, no fault,
+    /// versus direct, on loopback.
+    Proxy {
+        /// Ping-pong round trips to time.
+        #[arg(long, default_value_t = 20_000)]
+        round_trips: usize,
+        /// Bytes per bulk-transfer run.
+        #[arg(long, default_value_t = 1 << 30)]
+        bulk_bytes: u64,
     },
 }
 
@@ -203,6 +222,30 @@ pub fn main() -> i32 {
                 EXIT_ERROR
             } else {
                 EXIT_PASS
+            }
+        }
+        Command::Bench {
+            what:
+                BenchWhat::Proxy {
+                    round_trips,
+                    bulk_bytes,
+                },
+        } => {
+            let opts = faultproxy::bench::BenchOptions {
+                round_trips,
+                bulk_bytes,
+                ..Default::default()
+            };
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            match rt.block_on(faultproxy::bench::bench(opts)) {
+                Ok(r) => {
+                    println!("{r}");
+                    EXIT_PASS
+                }
+                Err(e) => error(format!("bench: {e}")),
             }
         }
         Command::Worker { config } => {

@@ -67,6 +67,11 @@ pub enum F {
     /// Nemesis faults: `invoke` when injected, `ok`/`fail` when healed / not done.
     Pause,
     RevokeLease,
+    Delay,
+    Partition,
+    Kill,
+    /// Heal phase: the final read of a key by a fresh client.
+    FinalRead,
 }
 
 impl fmt::Display for F {

@@ -10,6 +10,7 @@ pub mod check;
 pub mod cli;
 pub mod etcd;
 pub mod history;
+pub mod links;
 pub mod nemesis;
 pub mod output;
 pub mod proc;

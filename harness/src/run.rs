@@ -8,10 +8,13 @@ use anyhow::{Context, Result};
 use fencecheck_reports::{PlannedFault, Report, RunInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::assess;
-use crate::backend::Backend;
-use crate::history::monotonic_ns;
-use crate::nemesis::{self, Nemesis};
+use std::sync::Arc;
+
+use crate::assess::{self, FINAL_EVENTS};
+use crate::backend::{Backend, Deployment};
+use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
+use crate::links::Links;
+use crate::nemesis::{self, Nemesis, World};
 use crate::proc::{spawn, Child};
 use crate::scenario::{BackendKind, EtcdVersion, Scenario};
 use crate::worker::WorkerConfig;
@@ -112,10 +115,37 @@ pub async fn run(
         run_dir.display()
     ));
 
-    let (mut backend, dep) =
+    let (backend, dep) =
         Backend::start(scenario.cluster.backend, &scenario, &run_dir, &say).await?;
-    let outcome = drive(scenario_path, &scenario, seed, &run_dir, &dep, quiet, &say).await;
-    backend.stop().await;
+    let backend = Arc::new(tokio::sync::Mutex::new(backend));
+    let links = match Links::start(
+        scenario.workload.workers,
+        &dep.etcd_clients,
+        dep.storage,
+        dep.peer_proxies.clone(),
+    )
+    .await
+    {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            backend.lock().await.stop().await;
+            return Err(e.into());
+        }
+    };
+    let outcome = drive(
+        scenario_path,
+        &scenario,
+        seed,
+        &run_dir,
+        &dep,
+        backend.clone(),
+        links.clone(),
+        quiet,
+        &say,
+    )
+    .await;
+    backend.lock().await.stop().await;
+    links.shutdown().await;
     outcome?;
     say("checking the recorded history");
     let report = assess::assess(&run_dir)?;
@@ -124,12 +154,15 @@ pub async fn run(
 
 /// Workers and nemesis against a started backend. Everything started here is
 /// stopped here, on every path.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     scenario_path: &Path,
     s: &Scenario,
     seed: u64,
     run_dir: &Path,
-    dep: &crate::backend::Deployment,
+    dep: &Deployment,
+    backend: Arc<tokio::sync::Mutex<Backend>>,
+    links: Arc<Links>,
     quiet: bool,
     say: &dyn Fn(&str),
 ) -> Result<(), RunError> {
@@ -176,8 +209,8 @@ async fn drive(
     for id in 0..s.workload.workers {
         let cfg = WorkerConfig {
             id,
-            etcd_endpoints: dep.etcd_endpoints.clone(),
-            storage_url: dep.storage_url.clone(),
+            etcd_endpoints: links.etcd_endpoints(id),
+            storage_url: links.storage_url(id),
             ttl_s: s.lock.ttl.as_secs() as i64,
             token: s.storage.token,
             keys: s.workload.keys,
@@ -203,13 +236,13 @@ async fn drive(
         .enumerate()
         .map(|(i, c)| (i as u32, c.pid()))
         .collect();
-    let nem = Nemesis::new(
-        &dep.etcd_endpoints,
-        pids,
-        &run_dir.join("nemesis.jsonl"),
-        seed,
-    )
-    .await?;
+    let world = World {
+        etcd_endpoints: dep.etcd_endpoints(),
+        workers: pids,
+        backend,
+        links,
+    };
+    let nem = Nemesis::new(world, &run_dir.join("nemesis.jsonl"), seed).await?;
     say(&format!(
         "{} workers contending for {}, {} faults planned",
         s.workload.workers,
@@ -253,10 +286,14 @@ async fn drive(
         }
         return Err(RunError::Interrupted(run_dir.display().to_string()));
     }
-    // Faults all end before the run does; wait for the nemesis, then heal anyway.
-    let _ = tokio::time::timeout(Duration::from_secs(5), nem_task).await;
-    nem.heal();
-    say("run over: waiting for workers to finish their holds");
+    // Heal phase. Faults all end before the run does; wait for the nemesis, then
+    // remove every fault, continue every process, restart every dead member anyway.
+    let _ = tokio::time::timeout(Duration::from_secs(10), nem_task).await;
+    let restarted = nem.heal_all().await;
+    if !restarted.is_empty() {
+        tracing::warn!("heal phase restarted members {restarted:?}");
+    }
+    say("run over: healed; waiting for workers to finish their holds");
     let grace_end = tokio::time::Instant::now() + WORKER_GRACE;
     for w in &mut workers {
         let left = grace_end.saturating_duration_since(tokio::time::Instant::now());
@@ -264,6 +301,62 @@ async fn drive(
             tracing::warn!("{} did not finish in time; killing it", w.name);
             w.stop(Duration::ZERO).await;
         }
+    }
+    // A short quiet period, then the final read of every key by a fresh client.
+    tokio::time::sleep(QUIET).await;
+    final_reads(s, dep, run_dir).await?;
+    Ok(())
+}
+
+const QUIET: Duration = Duration::from_millis(500);
+
+/// Reads every key once through a fresh client, straight to the storage, and
+/// records it as process `final`: the value the checkers compare against.
+async fn final_reads(s: &Scenario, dep: &Deployment, run_dir: &Path) -> Result<()> {
+    let mut log = EventWriter::create(&run_dir.join(FINAL_EVENTS))?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let url = format!("http://{}/", dep.storage);
+    for k in 0..s.workload.keys {
+        let key = format!("k{k}");
+        let mut inv = Event::new(
+            Process::Named("final".into()),
+            EventType::Invoke,
+            F::FinalRead,
+        );
+        inv.key = Some(key.clone());
+        log.write(&inv)?;
+        let req = fencecheck_storage::Request {
+            op: fencecheck_storage::OpKind::Read,
+            key: key.clone(),
+            val: None,
+            token: None,
+            revision: None,
+            lease: None,
+            client: "final".into(),
+            request_id: u64::from(k) + 1,
+        };
+        let res = async {
+            let r = http
+                .post(&url)
+                .json(&req)
+                .send()
+                .await?
+                .error_for_status()?;
+            anyhow::Ok(r.json::<fencecheck_storage::Answer>().await?)
+        }
+        .await;
+        let mut e = Event::new(Process::Named("final".into()), EventType::Ok, F::FinalRead);
+        e.key = Some(key);
+        match res {
+            Ok(a) => e.value = a.value,
+            Err(err) => {
+                e.kind = EventType::Fail;
+                e.error = Some(format!("{err:#}"));
+            }
+        }
+        log.write(&e)?;
     }
     Ok(())
 }

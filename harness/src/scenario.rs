@@ -75,11 +75,7 @@ impl TryFrom<u8> for Members {
     type Error = String;
     fn try_from(n: u8) -> Result<Self, String> {
         match n {
-            1 => Ok(Members(n)),
-            3 | 5 => Err(format!(
-                "etcd_members = {n}: multi-member clusters come with the network-fault work \
-                 (issue 4); this build runs 1 member"
-            )),
+            1 | 3 | 5 => Ok(Members(n)),
             _ => Err(format!("etcd_members = {n}: expected 1, 3 or 5")),
         }
     }
@@ -259,6 +255,12 @@ pub enum FaultKind {
     Pause,
     /// Revoke the target's lease through the etcd API (`etcdctl lease revoke`).
     RevokeLease,
+    /// Add latency (± `latency_jitter`) on the target's links, through the proxies.
+    Delay,
+    /// Blackhole the target's links: connections stay open, bytes are dropped.
+    Partition,
+    /// SIGKILL an etcd member; restart it on the same data dir after `restart_after`.
+    Kill,
 }
 
 impl fmt::Display for FaultKind {
@@ -266,6 +268,9 @@ impl fmt::Display for FaultKind {
         f.write_str(match self {
             FaultKind::Pause => "pause",
             FaultKind::RevokeLease => "revoke-lease",
+            FaultKind::Delay => "delay",
+            FaultKind::Partition => "partition",
+            FaultKind::Kill => "kill",
         })
     }
 }
@@ -280,6 +285,32 @@ pub enum Target {
     RandomWorker,
     AllWorkers,
     Worker(u32),
+    /// Links: every worker's connections to etcd.
+    WorkersToEtcd,
+    /// Links: the current holder's connections to etcd (its keepalives fail, its
+    /// lease expires, it keeps writing — the classic).
+    HolderToEtcd,
+    /// Links: every worker's connections to the storage.
+    WorkersToStorage,
+    /// An etcd member: its process (pause, kill) or every link into it (delay,
+    /// partition).
+    EtcdMember(u8),
+    /// The etcd leader, found through the status API at injection time.
+    EtcdLeader,
+    /// A minority of members (the leader among them) cut off from the majority.
+    EtcdMajorityMinority,
+    /// The storage process.
+    Storage,
+}
+
+impl Target {
+    /// Does this target name worker processes (as opposed to links or etcd/storage)?
+    pub fn is_worker(&self) -> bool {
+        matches!(
+            self,
+            Target::Holder | Target::RandomWorker | Target::AllWorkers | Target::Worker(_)
+        )
+    }
 }
 
 impl TryFrom<String> for Target {
@@ -289,7 +320,18 @@ impl TryFrom<String> for Target {
             "holder" => Ok(Target::Holder),
             "random-worker" => Ok(Target::RandomWorker),
             "all-workers" => Ok(Target::AllWorkers),
+            "workers->etcd" => Ok(Target::WorkersToEtcd),
+            "holder->etcd" => Ok(Target::HolderToEtcd),
+            "workers->storage" => Ok(Target::WorkersToStorage),
+            "etcd-leader" => Ok(Target::EtcdLeader),
+            "etcd-majority-minority" => Ok(Target::EtcdMajorityMinority),
+            "storage" => Ok(Target::Storage),
             _ => {
+                if let Some(n) = s.strip_prefix("etcd-member:") {
+                    return n.parse().map(Target::EtcdMember).map_err(|_| {
+                        format!("target {s:?}: expected etcd-member:N with N a number")
+                    });
+                }
                 if let Some(n) = s.strip_prefix("worker:") {
                     return n
                         .parse()
@@ -297,7 +339,9 @@ impl TryFrom<String> for Target {
                         .map_err(|_| format!("target {s:?}: expected worker:N with N a number"));
                 }
                 Err(format!(
-                    "unknown target {s:?}, expected holder, random-worker, all-workers or worker:N"
+                    "unknown target {s:?}, expected holder, random-worker, all-workers, worker:N, \
+                     workers->etcd, holder->etcd, workers->storage, etcd-leader, etcd-member:N, \
+                     etcd-majority-minority or storage"
                 ))
             }
         }
@@ -317,6 +361,13 @@ impl fmt::Display for Target {
             Target::RandomWorker => f.write_str("random-worker"),
             Target::AllWorkers => f.write_str("all-workers"),
             Target::Worker(n) => write!(f, "worker:{n}"),
+            Target::WorkersToEtcd => f.write_str("workers->etcd"),
+            Target::HolderToEtcd => f.write_str("holder->etcd"),
+            Target::WorkersToStorage => f.write_str("workers->storage"),
+            Target::EtcdMember(n) => write!(f, "etcd-member:{n}"),
+            Target::EtcdLeader => f.write_str("etcd-leader"),
+            Target::EtcdMajorityMinority => f.write_str("etcd-majority-minority"),
+            Target::Storage => f.write_str("storage"),
         }
     }
 }
@@ -344,13 +395,46 @@ pub struct FaultSpec {
     /// With `every`: gaps drawn uniformly from [0, 2*every) with the scenario's seed.
     #[serde(default)]
     pub jitter: bool,
-    /// How long the fault lasts (pause); instantaneous faults ignore it.
+    /// How long the fault lasts (pause, delay, partition); a kill lasts until the
+    /// restart; revoke-lease is instantaneous.
     #[serde(
         default,
         with = "humantime_serde",
         skip_serializing_if = "Option::is_none"
     )]
     pub duration: Option<Duration>,
+    /// delay: added latency per chunk, each way.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency: Option<Duration>,
+    /// delay: uniform ± jitter around `latency`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency_jitter: Option<Duration>,
+    /// kill: how long the member stays dead before it is restarted (default 3s).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restart_after: Option<Duration>,
+}
+
+impl FaultSpec {
+    /// How long one occurrence lasts, for the schedule.
+    pub fn window(&self) -> Duration {
+        match self.kind {
+            FaultKind::RevokeLease => Duration::ZERO,
+            FaultKind::Kill => self.restart_after.unwrap_or(Duration::from_secs(3)),
+            _ => self.duration.unwrap_or_default(),
+        }
+    }
 }
 
 /// An expected count: `0`, `">0"`, `">=N"`, `"<=N"`, `N`, or `"any"`.
@@ -598,21 +682,80 @@ impl Scenario {
             if f.jitter && f.every.is_none() {
                 return Err(ferr("jitter", "`jitter` only goes with `every`".into()));
             }
-            match f.kind {
+            let t = f.target;
+            let link = matches!(
+                t,
+                Target::WorkersToEtcd
+                    | Target::HolderToEtcd
+                    | Target::WorkersToStorage
+                    | Target::EtcdMember(_)
+                    | Target::EtcdLeader
+                    | Target::EtcdMajorityMinority
+            );
+            let ok_target = match f.kind {
                 FaultKind::Pause => {
-                    if f.duration.is_none() {
-                        return Err(ferr("kind", "a pause needs a `duration`".into()));
-                    }
+                    t.is_worker()
+                        || matches!(
+                            t,
+                            Target::EtcdLeader | Target::EtcdMember(_) | Target::Storage
+                        )
                 }
                 FaultKind::RevokeLease => {
-                    if f.target == Target::AllWorkers {
-                        return Err(ferr(
-                            "target",
-                            "revoke-lease takes one worker: holder, random-worker or worker:N"
-                                .into(),
-                        ));
-                    }
+                    matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
                 }
+                FaultKind::Delay | FaultKind::Partition => link,
+                FaultKind::Kill => matches!(t, Target::EtcdLeader | Target::EtcdMember(_)),
+            };
+            if !ok_target {
+                let want = match f.kind {
+                    FaultKind::Pause => "holder, random-worker, all-workers, worker:N, etcd-leader, etcd-member:N or storage",
+                    FaultKind::RevokeLease => "holder, random-worker or worker:N",
+                    FaultKind::Delay | FaultKind::Partition => "workers->etcd, holder->etcd, workers->storage, etcd-member:N, etcd-leader or etcd-majority-minority",
+                    FaultKind::Kill => "etcd-leader or etcd-member:N",
+                };
+                return Err(ferr(
+                    "target",
+                    format!("target {t} does not fit; expected {want}"),
+                ));
+            }
+            let needs_duration = matches!(
+                f.kind,
+                FaultKind::Pause | FaultKind::Delay | FaultKind::Partition
+            );
+            if needs_duration && f.duration.is_none() {
+                return Err(ferr("kind", format!("a {} needs a `duration`", f.kind)));
+            }
+            if f.kind == FaultKind::Delay && f.latency.is_none() {
+                return Err(ferr("kind", "a delay needs a `latency`".into()));
+            }
+            if f.kind != FaultKind::Delay && (f.latency.is_some() || f.latency_jitter.is_some()) {
+                return Err(ferr(
+                    "latency",
+                    "`latency` goes only with kind = \"delay\"".into(),
+                ));
+            }
+            if f.kind != FaultKind::Kill && f.restart_after.is_some() {
+                return Err(ferr(
+                    "restart_after",
+                    "`restart_after` goes only with kind = \"kill\"".into(),
+                ));
+            }
+            if let Target::EtcdMember(m) = t {
+                if m >= self.cluster.etcd_members.0 {
+                    return Err(ferr(
+                        "target",
+                        format!(
+                            "etcd-member:{m} does not exist (members are 0..{})",
+                            self.cluster.etcd_members.0
+                        ),
+                    ));
+                }
+            }
+            if t == Target::EtcdMajorityMinority && self.cluster.etcd_members.0 < 3 {
+                return Err(ferr(
+                    "target",
+                    "etcd-majority-minority needs etcd_members = 3 or 5".into(),
+                ));
             }
             if let Target::Worker(n) = f.target {
                 if n >= w.workers {

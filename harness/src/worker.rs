@@ -432,8 +432,11 @@ enum HoldOutcome {
     Retry,
 }
 
-/// Keeps `lease` alive every `interval`; on the first failure records one
-/// `keepalive-lost` event, raises `lost`, and stops.
+/// Keeps `lease` alive every `interval`, as etcd's clientv3 does: a failed
+/// keepalive is retried (a member may be restarting, a leader being elected) until
+/// the lease's TTL has run out since the last success; then, or at once when etcd
+/// answers TTL 0 (the lease is gone), it records one `keepalive-lost`, raises `lost`
+/// and stops.
 async fn keepalive(
     mut etcd: Client,
     lease: i64,
@@ -442,28 +445,53 @@ async fn keepalive(
     log: Log,
     me: Process,
 ) {
-    let reason = async {
-        let (mut keeper, mut stream) = match etcd.lease_keep_alive(lease).await {
-            Ok(x) => x,
-            Err(e) => return format!("keepalive stream: {e}"),
+    let ttl = interval * 3;
+    let mut last_ok = tokio::time::Instant::now();
+    let reason = 'session: loop {
+        // Every wait is bounded by the lease's deadline: a hung stream must not
+        // outlive the lease unnoticed.
+        let opened = tokio::time::timeout_at(last_ok + ttl, etcd.lease_keep_alive(lease)).await;
+        let (mut keeper, mut stream) = match opened {
+            Err(_) => break "no keepalive answer within the TTL".to_string(),
+            Ok(Err(e)) => {
+                if last_ok.elapsed() >= ttl {
+                    break format!("keepalive stream: {e}; TTL ran out");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Ok(Ok(x)) => x,
         };
         loop {
-            if let Err(e) = keeper.keep_alive().await {
-                return format!("keepalive send: {e}");
-            }
-            match tokio::time::timeout(interval * 3, stream.message()).await {
-                Err(_) => return "no keepalive answer within the TTL".to_string(),
-                Ok(Err(e)) => return format!("keepalive answer: {e}"),
-                Ok(Ok(None)) => return "keepalive stream closed".to_string(),
-                Ok(Ok(Some(r))) if r.ttl() <= 0 => {
-                    return "lease expired (keepalive answered TTL 0)".to_string()
+            let sent = tokio::time::timeout_at(last_ok + ttl, keeper.keep_alive()).await;
+            let answer = match sent {
+                Err(_) => break 'session "no keepalive answer within the TTL".to_string(),
+                Ok(Err(_)) => None,
+                Ok(Ok(())) => {
+                    let until = (last_ok + ttl).min(tokio::time::Instant::now() + interval);
+                    match tokio::time::timeout_at(until, stream.message()).await {
+                        Ok(Ok(Some(r))) => Some(r.ttl()),
+                        _ => None,
+                    }
                 }
-                Ok(Ok(Some(_))) => {}
+            };
+            match answer {
+                Some(t) if t <= 0 => {
+                    break 'session "lease expired (keepalive answered TTL 0)".to_string()
+                }
+                Some(_) => last_ok = tokio::time::Instant::now(),
+                None => {
+                    if last_ok.elapsed() >= ttl {
+                        break 'session "no keepalive answer within the TTL".to_string();
+                    }
+                    // Reopen the stream: the member behind it may be gone.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'session;
+                }
             }
             tokio::time::sleep(interval).await;
         }
-    }
-    .await;
+    };
     lost.store(true, Ordering::SeqCst);
     let mut e = Event::new(me, EventType::Info, F::KeepaliveLost);
     e.lease = Some(lease);

@@ -9,7 +9,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub mod html;
 pub mod timeline;
+pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -152,7 +154,7 @@ pub struct WriteRef {
 pub struct StaleWrite {
     /// The write from the older grant that the storage accepted.
     pub stale: WriteRef,
-    /// The earlier write that proved a newer grant existed.
+    /// The earlier request (a read or a write) that proved a newer grant existed.
     pub newer: WriteRef,
     /// When the stale writer's grant was acquired (client-observed), if known.
     pub stale_acquired_ns: Option<u64>,

@@ -32,7 +32,8 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fencing {
-    /// Accept iff `token >= max accepted token` for the key, then raise the max.
+    /// Accept a write iff `token >= max token seen` for the key, then raise the max;
+    /// reads carrying a token raise the max too (a fenced read-modify-write).
     Monotonic,
     /// etcd `contrib/lock`'s check: the first write fixes the key's token and every
     /// later write must carry exactly that token.
@@ -229,7 +230,21 @@ impl Store {
 
 fn decide(fencing: Fencing, req: &Request, before: Cell) -> (Verdict, Cell) {
     match req.op {
-        OpKind::Read => (Verdict::Ok, before),
+        // In monotonic mode a read registers its token too: once a newer holder has
+        // read, an older holder's write would overwrite a value the newer one is
+        // about to build on, so it must be stale from then on. Without this, a
+        // stale write landing between the new holder's read and its write is
+        // accepted and an increment is lost. The read itself is always served.
+        OpKind::Read => match (fencing, req.token) {
+            (Fencing::Monotonic, Some(t)) if before.token.is_none_or(|max| t > max) => (
+                Verdict::Ok,
+                Cell {
+                    token: Some(t),
+                    ..before
+                },
+            ),
+            _ => (Verdict::Ok, before),
+        },
         OpKind::Write => {
             let accept = match fencing {
                 Fencing::Off => true,
@@ -358,6 +373,25 @@ mod tests {
         let (v, c) = decide(Fencing::Monotonic, &w(9, 4), c);
         assert_eq!(v, Verdict::Accepted);
         assert_eq!(c.token, Some(9));
+    }
+
+    #[test]
+    fn monotonic_read_registers_a_newer_token() {
+        let (_, c) = decide(Fencing::Monotonic, &w(5, 1), Cell::default());
+        let mut r = w(9, 0);
+        r.op = OpKind::Read;
+        r.val = None;
+        let (v, c) = decide(Fencing::Monotonic, &r, c);
+        assert_eq!((v, c.token, c.value), (Verdict::Ok, Some(9), Some(1)));
+        // The old holder's write after the new holder's read is stale.
+        let (v, _) = decide(Fencing::Monotonic, &w(5, 2), c);
+        assert_eq!(v, Verdict::RejectedStale);
+        // A stale read is served and changes nothing.
+        let mut r = w(3, 0);
+        r.op = OpKind::Read;
+        r.val = None;
+        let (v, c2) = decide(Fencing::Monotonic, &r, c);
+        assert_eq!((v, c2.token), (Verdict::Ok, Some(9)));
     }
 
     #[test]

@@ -1,10 +1,16 @@
-//! The `process` backend: etcd and the storage as local processes on loopback ports,
-//! their data and logs inside the run directory.
+//! The `process` backend: etcd members and the storage as local processes, each
+//! member on its own loopback address, data and logs inside the run directory.
+//!
+//! Members reach each other through a fault proxy in front of every member's peer
+//! port: the proxy's address is what the member advertises as its peer URL, so all
+//! traffic into a member crosses its proxy and the nemesis can delay or cut it.
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use faultproxy::Proxy;
 
 use super::Deployment;
 use crate::etcd;
@@ -12,11 +18,25 @@ use crate::proc::{free_port, poll_until, spawn, Child};
 use crate::scenario::Scenario;
 
 const READY_DEADLINE: Duration = Duration::from_secs(30);
-const HOST: &str = "127.0.0.1";
+const STORAGE_HOST: &str = "127.0.0.1";
+
+pub struct Member {
+    pub name: String,
+    pub client: SocketAddr,
+    cmd_args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
 
 pub struct ProcessBackend {
-    etcd: Vec<Child>,
+    etcd_bin: PathBuf,
+    pub members: Vec<Member>,
     storage: Option<Child>,
+    peer_proxies: Vec<Proxy>,
+}
+
+fn member_ip(i: usize) -> String {
+    format!("127.0.1.{}", i + 1)
 }
 
 impl ProcessBackend {
@@ -27,77 +47,101 @@ impl ProcessBackend {
     ) -> Result<(ProcessBackend, Deployment)> {
         let want = scenario.cluster.etcd;
         let bin = tokio::task::block_in_place(|| etcd::find_or_provision(want, say))?;
+        let n = scenario.cluster.etcd_members.0 as usize;
         say(&format!(
-            "starting etcd {} ({}) and the storage service",
+            "starting {n} etcd {} member(s) ({}) and the storage service",
             bin.version,
             bin.path.display()
         ));
+
+        // Ports and peer proxies first: every member must know every advertised URL.
+        let mut clients = Vec::new();
+        let mut peer_listen = Vec::new();
+        let mut peer_proxies = Vec::new();
+        for i in 0..n {
+            let ip = member_ip(i);
+            clients.push(SocketAddr::new(ip.parse()?, free_port(&ip)?));
+            let real: SocketAddr = SocketAddr::new(ip.parse()?, free_port(&ip)?);
+            let front: SocketAddr = format!("127.0.2.{}:0", i + 1).parse()?;
+            peer_proxies.push(Proxy::start(front, real).await.context("peer proxy")?);
+            peer_listen.push(real);
+        }
+        let initial_cluster = peer_proxies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("m{i}=http://{}", p.local_addr()))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut backend = ProcessBackend {
-            etcd: Vec::new(),
+            etcd_bin: bin.path.clone(),
+            members: Vec::new(),
             storage: None,
+            peer_proxies: peer_proxies.clone(),
         };
+        for i in 0..n {
+            let client_url = format!("http://{}", clients[i]);
+            let args = vec![
+                "--name".into(),
+                format!("m{i}"),
+                "--data-dir".into(),
+                run_dir.join(format!("etcd-{i}.data")).display().to_string(),
+                "--listen-client-urls".into(),
+                client_url.clone(),
+                "--advertise-client-urls".into(),
+                client_url,
+                "--listen-peer-urls".into(),
+                format!("http://{}", peer_listen[i]),
+                "--initial-advertise-peer-urls".into(),
+                format!("http://{}", peer_proxies[i].local_addr()),
+                "--initial-cluster".into(),
+                initial_cluster.clone(),
+                "--initial-cluster-state".into(),
+                "new".into(),
+                "--initial-cluster-token".into(),
+                "fencecheck".into(),
+                "--logger".into(),
+                "zap".into(),
+            ];
+            let mut m = Member {
+                name: format!("m{i}"),
+                client: clients[i],
+                cmd_args: args,
+                log: run_dir.join(format!("etcd-{i}.log")),
+                child: None,
+            };
+            if let Err(e) = spawn_member(&backend.etcd_bin, &mut m) {
+                backend.stop().await;
+                return Err(e);
+            }
+            backend.members.push(m);
+        }
 
-        let client_port = free_port(HOST)?;
-        let peer_port = free_port(HOST)?;
-        let client_url = format!("http://{HOST}:{client_port}");
-        let peer_url = format!("http://{HOST}:{peer_port}");
-        let mut cmd = std::process::Command::new(&bin.path);
-        cmd.arg("--name")
-            .arg("m0")
-            .arg("--data-dir")
-            .arg(run_dir.join("etcd-0.data"))
-            .arg("--listen-client-urls")
-            .arg(&client_url)
-            .arg("--advertise-client-urls")
-            .arg(&client_url)
-            .arg("--listen-peer-urls")
-            .arg(&peer_url)
-            .arg("--initial-advertise-peer-urls")
-            .arg(&peer_url)
-            .arg("--initial-cluster")
-            .arg(format!("m0={peer_url}"))
-            .arg("--initial-cluster-state")
-            .arg("new")
-            .arg("--logger")
-            .arg("zap");
-        backend
-            .etcd
-            .push(spawn("etcd m0", cmd, &run_dir.join("etcd-0.log"))?);
-
-        let storage_port = free_port(HOST)?;
-        let storage_url = format!("http://{HOST}:{storage_port}");
+        let storage_port = free_port(STORAGE_HOST)?;
+        let storage_addr: SocketAddr = format!("{STORAGE_HOST}:{storage_port}").parse()?;
         let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("storage")
             .arg("--listen")
-            .arg(format!("{HOST}:{storage_port}"))
+            .arg(storage_addr.to_string())
             .arg("--log")
             .arg(run_dir.join("storage.jsonl"))
             .arg("--fencing")
             .arg(fencing_arg(scenario));
         backend.storage = Some(spawn("storage", cmd, &run_dir.join("storage.log"))?);
 
+        for (i, &client) in clients.iter().enumerate() {
+            if let Err(e) = wait_member_healthy(client, READY_DEADLINE).await {
+                backend.stop().await;
+                return Err(e.context(format!(
+                    "see {}",
+                    run_dir.join(format!("etcd-{i}.log")).display()
+                )));
+            }
+        }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()?;
-        let etcd_health = format!("{client_url}/health");
-        let etcd_log = run_dir.join("etcd-0.log");
-        let ready = poll_until("etcd", READY_DEADLINE, || {
-            let http = http.clone();
-            let url = etcd_health.clone();
-            async move {
-                match http.get(&url).send().await {
-                    Ok(r) => r.text().await.is_ok_and(|t| t.contains("true")),
-                    Err(_) => false,
-                }
-            }
-        })
-        .await;
-        if let Err(e) = ready {
-            backend.stop().await;
-            return Err(e.context(format!("see {}", etcd_log.display())));
-        }
-        let storage_health = format!("{storage_url}/health");
+        let storage_health = format!("http://{storage_addr}/health");
         let ready = poll_until("storage", READY_DEADLINE, || {
             let http = http.clone();
             let url = storage_health.clone();
@@ -114,8 +158,9 @@ impl ProcessBackend {
             return Err(e.context(format!("see {}", run_dir.join("storage.log").display())));
         }
         let deployment = Deployment {
-            etcd_endpoints: vec![client_url],
-            storage_url,
+            etcd_clients: clients,
+            storage: storage_addr,
+            peer_proxies,
             etcd_version: bin.version.clone(),
             backend: "process".into(),
             backend_reason: String::new(),
@@ -123,14 +168,79 @@ impl ProcessBackend {
         Ok((backend, deployment))
     }
 
+    pub fn member_pid(&self, i: usize) -> Option<u32> {
+        self.members.get(i)?.child.as_ref().map(|c| c.pid())
+    }
+
+    pub fn storage_pid(&self) -> Option<u32> {
+        self.storage.as_ref().map(|c| c.pid())
+    }
+
+    /// SIGKILLs member `i` (its data dir stays).
+    pub async fn kill_member(&mut self, i: usize) -> Result<u32> {
+        let m = self.members.get_mut(i).context("no such member")?;
+        let mut c = m.child.take().context("member is not running")?;
+        let pid = c.pid();
+        c.stop(Duration::ZERO).await;
+        Ok(pid)
+    }
+
+    /// Starts member `i` again on its data dir (it rejoins the cluster).
+    pub async fn restart_member(&mut self, i: usize) -> Result<u32> {
+        let bin = self.etcd_bin.clone();
+        let m = self.members.get_mut(i).context("no such member")?;
+        if m.child.is_none() {
+            spawn_member(&bin, m)?;
+        }
+        m.child
+            .as_ref()
+            .map(|c| c.pid())
+            .context("member did not start")
+    }
+
+    pub fn member_running(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|m| m.child.is_some())
+    }
+
     pub async fn stop(&mut self) {
         if let Some(mut s) = self.storage.take() {
             s.stop(Duration::from_secs(2)).await;
         }
-        for mut e in self.etcd.drain(..) {
-            e.stop(Duration::from_secs(5)).await;
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                c.stop(Duration::from_secs(5)).await;
+            }
+        }
+        for p in &self.peer_proxies {
+            p.shutdown().await;
         }
     }
+}
+
+fn spawn_member(bin: &Path, m: &mut Member) -> Result<()> {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(&m.cmd_args);
+    m.child = Some(spawn(&format!("etcd {}", m.name), cmd, &m.log)?);
+    Ok(())
+}
+
+/// Polls a member's `/health` until it reports healthy.
+pub async fn wait_member_healthy(client: SocketAddr, deadline: Duration) -> Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()?;
+    let url = format!("http://{client}/health");
+    poll_until(&format!("etcd at {client}"), deadline, || {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            match http.get(&url).send().await {
+                Ok(r) => r.text().await.is_ok_and(|t| t.contains("true")),
+                Err(_) => false,
+            }
+        }
+    })
+    .await
 }
 
 fn fencing_arg(s: &Scenario) -> &'static str {

@@ -38,9 +38,20 @@ pub fn check(rec: &Recorded) -> CounterCheck {
         }
         c.final_value = r.value_after.unwrap_or(0);
     }
+    // The heal phase's final read, by a fresh client, is the value that counts; it
+    // must agree with the storage's own log.
+    let mut disagree = false;
+    for e in &rec.events {
+        if let (F::FinalRead, EventType::Ok, Some(k)) = (e.f, e.kind, &e.key) {
+            let c = slot(&mut keys, k);
+            let v = e.value.unwrap_or(0);
+            disagree |= v != c.final_value;
+            c.final_value = v;
+        }
+    }
     let mut lost = 0;
     let mut acknowledged = 0;
-    let mut consistent = true;
+    let mut consistent = !disagree;
     for c in keys.values_mut() {
         c.lost = c.applied.saturating_sub(c.final_value.max(0) as u64);
         lost += c.lost;

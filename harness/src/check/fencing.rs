@@ -4,9 +4,10 @@
 //! One pass over the storage log in its own order, per key, judged by the grant
 //! revision each request carries — independent of the token the storage compared,
 //! so a wrong token (lease ID) or a wrong comparison (equality) is caught too.
-//! "Had written" means the storage had seen a write attempt from the newer grant,
-//! whatever its verdict: once a newer grant is known to exist, accepting an older
-//! one is exactly the stale write fencing exists to stop.
+//! "Had written" is read broadly: the storage had seen any request (a read, or a
+//! write whatever its verdict) from the newer grant. Once a newer holder has read,
+//! an older holder's accepted write overwrites the value the newer one builds on —
+//! a lost update — so it is as stale as a write after the newer holder's write.
 
 use std::collections::HashMap;
 
@@ -52,7 +53,20 @@ pub fn check(rec: &Recorded) -> FencingCheck {
         violations: Vec::new(),
         fresh_rejected_examples: Vec::new(),
     };
-    for r in rec.storage.iter().filter(|r| r.request.op == OpKind::Write) {
+    for r in &rec.storage {
+        if r.request.op == OpKind::Read {
+            // A read only raises the newest grant seen on its key.
+            if let Some(rev) = r.request.revision {
+                let key = r.request.key.as_str();
+                let newer = newest
+                    .get(key)
+                    .is_none_or(|n| n.request.revision.is_none_or(|nr| rev > nr));
+                if newer {
+                    newest.insert(key, r);
+                }
+            }
+            continue;
+        }
         c.writes += 1;
         let accepted = r.verdict == Verdict::Accepted;
         if accepted {
@@ -177,6 +191,21 @@ mod tests {
         assert_eq!(c.fresh_rejected, 1);
         assert_eq!(c.stale_accepted, 1);
         assert_eq!(c.valid, Validity::Invalid);
+    }
+
+    #[test]
+    fn stale_write_after_a_newer_read_is_a_violation() {
+        let mut read = w(2, "2", 12, Verdict::Ok);
+        read.request.op = OpKind::Read;
+        read.request.val = None;
+        let c = check_log(vec![
+            w(1, "1", 10, Verdict::Accepted),
+            read,
+            w(3, "1", 10, Verdict::Accepted),
+        ]);
+        assert_eq!(c.stale_accepted, 1);
+        assert_eq!(c.violations[0].newer.verdict, "ok");
+        assert_eq!(c.writes, 2, "reads are not writes");
     }
 
     #[test]

@@ -4,14 +4,18 @@
 
 use std::time::Duration;
 
-use super::{victims_json, Nemesis, Planned, Victim};
+use super::{Nemesis, Planned, Resolved};
 use crate::history::{EventType, F};
 
-pub async fn revoke(n: &Nemesis, p: &Planned, victims: &[Victim]) {
+pub async fn revoke(n: &Nemesis, p: &Planned, target: &Resolved) {
     let mut start = n.event(p, EventType::Invoke, F::RevokeLease);
     start.detail =
-        Some(serde_json::json!({ "action": "LeaseRevoke", "victims": victims_json(victims) }));
+        Some(serde_json::json!({ "action": "LeaseRevoke", "target": target.describe() }));
     n.record(&start);
+    let victims = match target {
+        Resolved::Workers(v) => v.as_slice(),
+        _ => &[],
+    };
     let mut errors = Vec::new();
     let mut revoked = 0;
     for v in victims {
@@ -26,15 +30,12 @@ pub async fn revoke(n: &Nemesis, p: &Planned, victims: &[Victim]) {
             Err(_) => errors.push(format!("revoke {lease:x}: timed out")),
         }
     }
-    let mut end = n.event(
-        p,
-        if revoked > 0 {
-            EventType::Ok
-        } else {
-            EventType::Fail
-        },
-        F::RevokeLease,
-    );
+    let kind = if revoked > 0 {
+        EventType::Ok
+    } else {
+        EventType::Fail
+    };
+    let mut end = n.event(p, kind, F::RevokeLease);
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));
     }

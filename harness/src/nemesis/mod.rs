@@ -2,7 +2,9 @@
 //! actually did as `nemesis` events (an `invoke` at injection, `ok` when healed,
 //! `fail` when it could not be done), each pair sharing a `fault_id`.
 
+pub mod kill;
 pub mod lease;
+pub mod net;
 pub mod pause;
 pub mod schedule;
 mod target;
@@ -17,15 +19,26 @@ use etcd_client::Client;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::Backend;
 use crate::history::{Event, EventType, EventWriter, Process, F};
+use crate::links::Links;
 use crate::scenario::FaultKind;
 pub use schedule::{plan, Planned};
-pub use target::Victim;
+pub use target::{Resolved, Victim};
+
+/// What the nemesis can reach.
+pub struct World {
+    /// Direct etcd endpoints (never through the fault proxies).
+    pub etcd_endpoints: Vec<String>,
+    /// Worker id → pid.
+    pub workers: HashMap<u32, u32>,
+    pub backend: Arc<tokio::sync::Mutex<Backend>>,
+    pub links: Arc<Links>,
+}
 
 pub struct Nemesis {
     etcd: Client,
-    /// Worker id → pid.
-    workers: HashMap<u32, u32>,
+    world: World,
     log: Mutex<EventWriter>,
     rng: Mutex<ChaCha8Rng>,
     /// Pids this nemesis has stopped and not yet continued: healed on every exit path.
@@ -33,20 +46,15 @@ pub struct Nemesis {
 }
 
 impl Nemesis {
-    pub async fn new(
-        etcd_endpoints: &[String],
-        workers: HashMap<u32, u32>,
-        events: &Path,
-        seed: u64,
-    ) -> Result<Arc<Nemesis>> {
+    pub async fn new(world: World, events: &Path, seed: u64) -> Result<Arc<Nemesis>> {
         let etcd = Client::connect(
-            etcd_endpoints,
+            &world.etcd_endpoints,
             Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2))),
         )
         .await?;
         Ok(Arc::new(Nemesis {
             etcd,
-            workers,
+            world,
             log: Mutex::new(EventWriter::create(events)?),
             // Target choices use their own stream, so they do not shift the schedule.
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x9e37_79b9))),
@@ -73,8 +81,11 @@ impl Nemesis {
         let f = match p.kind {
             FaultKind::Pause => F::Pause,
             FaultKind::RevokeLease => F::RevokeLease,
+            FaultKind::Delay => F::Delay,
+            FaultKind::Partition => F::Partition,
+            FaultKind::Kill => F::Kill,
         };
-        let victims = match target::resolve(self, p.target).await {
+        let resolved = match target::resolve(self, p.target).await {
             Ok(v) => v,
             Err(e) => {
                 let mut ev = self.event(p, EventType::Invoke, f);
@@ -87,8 +98,10 @@ impl Nemesis {
             }
         };
         match p.kind {
-            FaultKind::Pause => pause::run(self, p, &victims).await,
-            FaultKind::RevokeLease => lease::revoke(self, p, &victims).await,
+            FaultKind::Pause => pause::run(self, p, &resolved).await,
+            FaultKind::RevokeLease => lease::revoke(self, p, &resolved).await,
+            FaultKind::Delay | FaultKind::Partition => net::run(self, p, &resolved).await,
+            FaultKind::Kill => kill::run(self, p, &resolved).await,
         }
     }
 
@@ -110,14 +123,22 @@ impl Nemesis {
         }
     }
 
-    /// Continues every process this nemesis stopped. Safe to call any number of
-    /// times, from any exit path.
+    /// Continues every process this nemesis stopped and clears every link fault.
+    /// Safe to call any number of times, from any exit path.
     pub fn heal(&self) {
         if let Ok(mut s) = self.stopped.lock() {
             for pid in s.drain() {
                 let _ = pause::cont(pid);
             }
         }
+        self.world.links.heal();
+    }
+
+    /// The heal phase: every fault removed, every process continued, every killed
+    /// member restarted. Returns what had to be undone, for the record.
+    pub async fn heal_all(&self) -> Vec<usize> {
+        self.heal();
+        self.world.backend.lock().await.restart_all().await
     }
 }
 
@@ -125,12 +146,4 @@ impl Drop for Nemesis {
     fn drop(&mut self) {
         self.heal();
     }
-}
-
-fn victims_json(v: &[Victim]) -> serde_json::Value {
-    serde_json::Value::Array(
-        v.iter()
-            .map(|v| serde_json::to_value(v).unwrap_or_default())
-            .collect(),
-    )
 }

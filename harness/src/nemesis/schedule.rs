@@ -17,7 +17,11 @@ pub struct Planned {
     pub target: Target,
     /// Offset from the start of the run.
     pub at: Duration,
+    /// How long it lasts (for a kill: until the restart).
     pub duration: Duration,
+    /// delay only.
+    pub latency: Duration,
+    pub latency_jitter: Duration,
 }
 
 /// Faults must end before the run does, so every paused process wakes and acts
@@ -26,14 +30,11 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = Vec::new();
     for (spec, f) in scenario.faults.iter().enumerate() {
-        let duration = match f.kind {
-            FaultKind::Pause => f.duration.unwrap_or_default(),
-            FaultKind::RevokeLease => Duration::ZERO,
-        };
+        let duration = f.window();
         let fits = |at: Duration| at + duration < scenario.duration;
         if let Some(at) = f.at {
             if fits(at) {
-                out.push((spec, f.kind, f.target, at, duration));
+                out.push((spec, at, duration));
             }
             continue;
         }
@@ -51,20 +52,25 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
             if !fits(t) {
                 break;
             }
-            out.push((spec, f.kind, f.target, t, duration));
+            out.push((spec, t, duration));
             prev_end = t + duration;
         }
     }
-    out.sort_by_key(|p| (p.3, p.0));
+    out.sort_by_key(|&(spec, at, _)| (at, spec));
     out.into_iter()
         .enumerate()
-        .map(|(i, (spec, kind, target, at, duration))| Planned {
-            id: i as u32 + 1,
-            spec,
-            kind,
-            target,
-            at,
-            duration,
+        .map(|(i, (spec, at, duration))| {
+            let f = &scenario.faults[spec];
+            Planned {
+                id: i as u32 + 1,
+                spec,
+                kind: f.kind,
+                target: f.target,
+                at,
+                duration,
+                latency: f.latency.unwrap_or_default(),
+                latency_jitter: f.latency_jitter.unwrap_or_default(),
+            }
         })
         .collect()
 }

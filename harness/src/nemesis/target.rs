@@ -1,12 +1,14 @@
-//! Resolving a scenario target to the processes it means right now. The holder is
-//! whoever etcd says holds a lock at injection time: the oldest key under a lock's
-//! prefix, whose lease the worker registered under `fencecheck/owner/<lease>`.
+//! Resolving a scenario target to what it means right now. The holder is whoever
+//! etcd says holds a lock at injection time: the oldest key under a lock's prefix,
+//! whose lease the worker registered under `fencecheck/owner/<lease>`. The etcd
+//! leader is found through the status API of each member.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use etcd_client::GetOptions;
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use faultproxy::Proxy;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
@@ -26,54 +28,177 @@ pub struct Victim {
     pub key: Option<String>,
 }
 
-const HOLDER_SEARCH: Duration = Duration::from_secs(2);
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberRef {
+    pub member: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub was_leader: bool,
+}
 
-pub async fn resolve(n: &Nemesis, target: Target) -> Result<Vec<Victim>> {
-    match target {
-        Target::Holder => {
-            // Between holds nobody holds the lock for a moment: poll briefly.
-            let end = tokio::time::Instant::now() + HOLDER_SEARCH;
-            loop {
-                let holders = holders(n).await?;
-                if !holders.is_empty() {
-                    let pick = {
-                        let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
-                        holders.choose(&mut *rng).cloned()
-                    };
-                    return pick.map(|v| vec![v]).context("no holder");
-                }
-                if tokio::time::Instant::now() >= end {
-                    bail!("no worker held a lock within {HOLDER_SEARCH:?}");
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
+/// A target, resolved at injection time.
+pub enum Resolved {
+    Workers(Vec<Victim>),
+    Members(Vec<MemberRef>),
+    Storage(u32),
+    /// Links to break, and what they are (for the record).
+    Links {
+        what: serde_json::Value,
+        proxies: Vec<Proxy>,
+    },
+}
+
+impl Resolved {
+    pub fn describe(&self) -> serde_json::Value {
+        match self {
+            Resolved::Workers(v) => serde_json::json!({ "workers": v }),
+            Resolved::Members(m) => serde_json::json!({ "members": m }),
+            Resolved::Storage(pid) => serde_json::json!({ "storage_pid": pid }),
+            Resolved::Links { what, proxies } => {
+                serde_json::json!({ "links": what, "proxies": proxies.len() })
             }
         }
+    }
+}
+
+const HOLDER_SEARCH: Duration = Duration::from_secs(2);
+
+pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
+    let links = &n.world.links;
+    Ok(match target {
+        Target::Holder => Resolved::Workers(vec![holder(n).await?]),
         Target::RandomWorker => {
-            let mut ids: Vec<u32> = n.workers.keys().copied().collect();
+            let mut ids: Vec<u32> = n.world.workers.keys().copied().collect();
             ids.sort_unstable();
             let id = {
                 let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
                 ids.choose(&mut *rng).copied()
             }
             .context("no workers")?;
-            Ok(vec![worker(n, id).await?])
+            Resolved::Workers(vec![worker(n, id).await?])
         }
-        Target::Worker(id) => Ok(vec![worker(n, id).await?]),
+        Target::Worker(id) => Resolved::Workers(vec![worker(n, id).await?]),
         Target::AllWorkers => {
-            let mut ids: Vec<u32> = n.workers.keys().copied().collect();
+            let mut ids: Vec<u32> = n.world.workers.keys().copied().collect();
             ids.sort_unstable();
             let mut out = Vec::new();
             for id in ids {
                 out.push(worker(n, id).await?);
             }
-            Ok(out)
+            Resolved::Workers(out)
+        }
+        Target::WorkersToEtcd => Resolved::Links {
+            what: serde_json::json!("every worker → every etcd member"),
+            proxies: links.worker_etcd.iter().flatten().cloned().collect(),
+        },
+        Target::HolderToEtcd => {
+            let h = holder(n).await?;
+            Resolved::Links {
+                what: serde_json::json!({ "holder": h, "link": "holder → every etcd member" }),
+                proxies: links
+                    .worker_etcd
+                    .get(h.worker as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+            }
+        }
+        Target::WorkersToStorage => Resolved::Links {
+            what: serde_json::json!("every worker → storage"),
+            proxies: links.worker_storage.clone(),
+        },
+        Target::Storage => {
+            let pid = n
+                .world
+                .backend
+                .lock()
+                .await
+                .storage_pid()
+                .context("storage is not running")?;
+            Resolved::Storage(pid)
+        }
+        Target::EtcdMember(m) => {
+            let leader = leader(n).await.ok();
+            member_target(n, vec![m as usize], leader).await
+        }
+        Target::EtcdLeader => {
+            let l = leader(n).await?;
+            member_target(n, vec![l], Some(l)).await
+        }
+        Target::EtcdMajorityMinority => {
+            let l = leader(n).await?;
+            let total = links.peers.len();
+            // The leader plus enough others to make a minority: 1 of 3, 2 of 5.
+            let mut minority = vec![l];
+            minority.extend((0..total).filter(|&i| i != l).take((total - 1) / 2 - 1));
+            member_target(n, minority, Some(l)).await
+        }
+    })
+}
+
+/// Members as a target: their processes (pause, kill) and the links into them
+/// (delay, partition); the fault module takes what it needs.
+async fn member_target(n: &Nemesis, members: Vec<usize>, leader: Option<usize>) -> Resolved {
+    let backend = n.world.backend.lock().await;
+    let refs: Vec<MemberRef> = members
+        .iter()
+        .map(|&m| MemberRef {
+            member: m,
+            pid: backend.member_pid(m),
+            was_leader: leader == Some(m),
+        })
+        .collect();
+    drop(backend);
+    Resolved::Members(refs)
+}
+
+/// The peer proxies of the given members (every link into each of them).
+pub fn member_links(n: &Nemesis, members: &[MemberRef]) -> Vec<Proxy> {
+    members
+        .iter()
+        .filter_map(|m| n.world.links.peers.get(m.member).cloned())
+        .collect()
+}
+
+async fn holder(n: &Nemesis) -> Result<Victim> {
+    // Between holds nobody holds the lock for a moment: poll briefly.
+    let end = tokio::time::Instant::now() + HOLDER_SEARCH;
+    loop {
+        let holders = holders(n).await?;
+        if !holders.is_empty() {
+            let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
+            return holders.choose(&mut *rng).cloned().context("no holder");
+        }
+        if tokio::time::Instant::now() >= end {
+            bail!("no worker held a lock within {HOLDER_SEARCH:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The index of the member that is leader now, asking each member in turn.
+pub async fn leader(n: &Nemesis) -> Result<usize> {
+    for (i, ep) in n.world.etcd_endpoints.iter().enumerate() {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_timeout(Duration::from_secs(1));
+        let status = async {
+            let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+            c.status().await
+        };
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(2), status).await {
+            let me = s.header().map(|h| h.member_id()).unwrap_or(0);
+            if s.leader() != 0 && s.leader() == me {
+                return Ok(i);
+            }
         }
     }
+    bail!("no etcd member reports itself leader")
 }
 
 /// A worker with its current session lease (if it has one registered).
 async fn worker(n: &Nemesis, id: u32) -> Result<Victim> {
     let pid = *n
+        .world
         .workers
         .get(&id)
         .with_context(|| format!("no worker {id}"))?;

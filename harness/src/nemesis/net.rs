@@ -1,0 +1,57 @@
+//! `delay` and `partition`: faults on links, through fencecheck's own TCP proxies
+//! (the kernel here has no netem). Both directions of every chosen link: a delay
+//! adds latency ± jitter to every chunk; a partition blackholes bytes while
+//! connections stay open, as a dead network path does.
+
+use faultproxy::{Direction, Fault};
+
+use super::target::member_links;
+use super::{Nemesis, Planned, Resolved};
+use crate::history::{EventType, F};
+use crate::scenario::FaultKind;
+
+pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+    let (f, fault) = match p.kind {
+        FaultKind::Delay => (
+            F::Delay,
+            Fault::Latency {
+                latency: p.latency,
+                jitter: p.latency_jitter,
+            },
+        ),
+        _ => (F::Partition, Fault::Blackhole),
+    };
+    let proxies = match target {
+        Resolved::Links { proxies, .. } => proxies.clone(),
+        Resolved::Members(m) => member_links(n, m),
+        _ => Vec::new(),
+    };
+    for px in &proxies {
+        px.set(Direction::Both, fault);
+    }
+    let mut start = n.event(p, EventType::Invoke, f);
+    start.detail = Some(serde_json::json!({
+        "action": match fault { Fault::Blackhole => "blackhole", _ => "latency" },
+        "target": target.describe(),
+        "latency_ms": p.latency.as_millis() as u64,
+        "jitter_ms": p.latency_jitter.as_millis() as u64,
+        "links": proxies.len(),
+        "duration_ms": p.duration.as_millis() as u64,
+    }));
+    n.record(&start);
+    tokio::time::sleep(p.duration).await;
+    for px in &proxies {
+        px.clear(Direction::Both);
+    }
+    let kind = if proxies.is_empty() {
+        EventType::Fail
+    } else {
+        EventType::Ok
+    };
+    let mut end = n.event(p, kind, f);
+    end.detail = Some(serde_json::json!({ "action": "heal" }));
+    if proxies.is_empty() {
+        end.error = Some("no link to break".into());
+    }
+    n.record(&end);
+}
