@@ -64,6 +64,12 @@ enum Command {
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also print each file's fault schedule (same seed → same schedule).
+        #[arg(long)]
+        schedule: bool,
+        /// Seed for --schedule (default: the scenario's own).
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Measure fencecheck's own machinery (figures, never pass/fail).
     Bench {
@@ -120,6 +126,12 @@ fn error(msg: impl std::fmt::Display) -> i32 {
 }
 
 pub fn main() -> i32 {
+    // Printing into a closed pipe (`fencecheck … | head`) ends the process quietly,
+    // as for any Unix tool, instead of panicking in println!.
+    // SAFETY: restoring the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -201,17 +213,37 @@ pub fn main() -> i32 {
                 Err(e) => error(format!("{e:#}")),
             }
         }
-        Command::Validate { files } => {
+        Command::Validate {
+            files,
+            schedule,
+            seed,
+        } => {
             let mut bad = 0;
             for f in &files {
                 match Scenario::load(f) {
-                    Ok(s) => println!(
-                        "{}: ok ({}, {} workers, {} faults)",
-                        f.display(),
-                        s.name,
-                        s.workload.workers,
-                        s.faults.len()
-                    ),
+                    Ok(s) => {
+                        println!(
+                            "{}: ok ({}, {} workers, {} faults)",
+                            f.display(),
+                            s.name,
+                            s.workload.workers,
+                            s.faults.len()
+                        );
+                        if schedule {
+                            let seed = seed.or(s.seed).unwrap_or(0);
+                            println!("  schedule with seed {seed}:");
+                            for p in crate::nemesis::plan(&s, seed) {
+                                println!(
+                                    "  #{:<3} at {:>8.3}s  {:<12} {:<24} for {:.3}s",
+                                    p.id,
+                                    p.at.as_secs_f64(),
+                                    p.kind.to_string(),
+                                    p.target.to_string(),
+                                    p.duration.as_secs_f64()
+                                );
+                            }
+                        }
+                    }
                     Err(e) => {
                         eprintln!("{e}");
                         bad += 1;
