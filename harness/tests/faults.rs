@@ -156,7 +156,9 @@ fn kill_the_leader_of_three_members_repeatedly() {
     assert!(leaders_killed >= 2, "{kills:#?}");
     for w in &kills {
         assert!(
-            w["detail"]["restarted"][0]["pid"].as_u64().is_some(),
+            w["detail"]["restarted"][0]["done"]["pid"]
+                .as_u64()
+                .is_some(),
             "every killed member is restarted: {w}"
         );
     }

@@ -37,6 +37,13 @@ impl Deployment {
     }
 }
 
+/// A service the nemesis can freeze.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    Member(usize),
+    Storage,
+}
+
 /// The running services of one run. Stopping is explicit (`stop`) and also happens
 /// on drop, so errors and panics do not leave services behind.
 pub enum Backend {
@@ -65,43 +72,52 @@ impl Backend {
         Ok((Backend::Process(b), d))
     }
 
-    pub fn member_pid(&self, i: usize) -> Option<u32> {
+    /// Freezes a service (SIGSTOP of the process; `docker pause` of a container).
+    /// Returns what was done, for the nemesis record.
+    pub async fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
         match self {
-            Backend::Process(b) => b.member_pid(i),
+            Backend::Process(b) => b.pause(who),
         }
     }
 
-    pub fn storage_pid(&self) -> Option<u32> {
+    pub async fn resume(&mut self, who: Service) -> Result<()> {
         match self {
-            Backend::Process(b) => b.storage_pid(),
+            Backend::Process(b) => b.resume(who),
         }
     }
 
-    pub async fn kill_member(&mut self, i: usize) -> Result<u32> {
+    /// Kills member `i` outright (SIGKILL; its data stays). Returns what was done.
+    pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.kill_member(i).await,
         }
     }
 
-    pub async fn restart_member(&mut self, i: usize) -> Result<u32> {
+    /// Starts member `i` again on its data. Returns what was done.
+    pub async fn restart_member(&mut self, i: usize) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.restart_member(i).await,
         }
     }
 
-    /// Restarts every member that is down (heal phase).
-    pub async fn restart_all(&mut self) -> Vec<usize> {
-        let mut restarted = Vec::new();
+    /// Cuts members off from the others (`on`) or lets them back. The process
+    /// backend does this through its peer proxies instead (see `links`), so only
+    /// backends without peer proxies implement it.
+    pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
+        let _ = (members, on);
         match self {
-            Backend::Process(b) => {
-                for i in 0..b.members.len() {
-                    if !b.member_running(i) && b.restart_member(i).await.is_ok() {
-                        restarted.push(i);
-                    }
-                }
+            Backend::Process(_) => {
+                bail!("the process backend isolates members through its peer proxies")
             }
         }
-        restarted
+    }
+
+    /// Heal phase: resumes every paused service and restarts every dead member.
+    /// Returns what had to be undone.
+    pub async fn heal(&mut self) -> Vec<String> {
+        match self {
+            Backend::Process(b) => b.heal().await,
+        }
     }
 
     pub async fn stop(&mut self) {

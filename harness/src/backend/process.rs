@@ -12,7 +12,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use faultproxy::Proxy;
 
-use super::Deployment;
+use std::collections::HashSet;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::{Deployment, Service};
 use crate::etcd;
 use crate::proc::{free_port, poll_until, spawn, Child};
 use crate::scenario::Scenario;
@@ -33,6 +38,8 @@ pub struct ProcessBackend {
     pub members: Vec<Member>,
     storage: Option<Child>,
     peer_proxies: Vec<Proxy>,
+    /// Pids frozen by `pause` and not yet resumed.
+    paused: HashSet<u32>,
 }
 
 fn member_ip(i: usize) -> String {
@@ -77,6 +84,7 @@ impl ProcessBackend {
             members: Vec::new(),
             storage: None,
             peer_proxies: peer_proxies.clone(),
+            paused: HashSet::new(),
         };
         for i in 0..n {
             let client_url = format!("http://{}", clients[i]);
@@ -168,41 +176,72 @@ impl ProcessBackend {
         Ok((backend, deployment))
     }
 
-    pub fn member_pid(&self, i: usize) -> Option<u32> {
-        self.members.get(i)?.child.as_ref().map(|c| c.pid())
+    fn pid_of(&self, who: Service) -> Result<u32> {
+        let child = match who {
+            Service::Member(i) => self.members.get(i).and_then(|m| m.child.as_ref()),
+            Service::Storage => self.storage.as_ref(),
+        };
+        child
+            .map(|c| c.pid())
+            .context("that process is not running")
     }
 
-    pub fn storage_pid(&self) -> Option<u32> {
-        self.storage.as_ref().map(|c| c.pid())
+    pub fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
+        let pid = self.pid_of(who)?;
+        // Recorded before the signal, so a heal never misses it.
+        self.paused.insert(pid);
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).context("SIGSTOP")?;
+        Ok(serde_json::json!({ "action": "SIGSTOP", "pid": pid }))
+    }
+
+    pub fn resume(&mut self, who: Service) -> Result<()> {
+        let pid = self.pid_of(who)?;
+        self.paused.remove(&pid);
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).context("SIGCONT")?;
+        Ok(())
     }
 
     /// SIGKILLs member `i` (its data dir stays).
-    pub async fn kill_member(&mut self, i: usize) -> Result<u32> {
+    pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         let m = self.members.get_mut(i).context("no such member")?;
         let mut c = m.child.take().context("member is not running")?;
         let pid = c.pid();
+        self.paused.remove(&pid);
         c.stop(Duration::ZERO).await;
-        Ok(pid)
+        Ok(serde_json::json!({ "action": "SIGKILL", "pid": pid }))
     }
 
     /// Starts member `i` again on its data dir (it rejoins the cluster).
-    pub async fn restart_member(&mut self, i: usize) -> Result<u32> {
+    pub async fn restart_member(&mut self, i: usize) -> Result<serde_json::Value> {
         let bin = self.etcd_bin.clone();
         let m = self.members.get_mut(i).context("no such member")?;
         if m.child.is_none() {
             spawn_member(&bin, m)?;
         }
-        m.child
+        let pid = m
+            .child
             .as_ref()
             .map(|c| c.pid())
-            .context("member did not start")
+            .context("member did not start")?;
+        Ok(serde_json::json!({ "action": "restart", "pid": pid }))
     }
 
-    pub fn member_running(&self, i: usize) -> bool {
-        self.members.get(i).is_some_and(|m| m.child.is_some())
+    pub async fn heal(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        for pid in self.paused.drain() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
+            done.push(format!("continued pid {pid}"));
+        }
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() && self.restart_member(i).await.is_ok() {
+                done.push(format!("restarted member {i}"));
+            }
+        }
+        done
     }
 
     pub async fn stop(&mut self) {
+        self.heal_paused();
         if let Some(mut s) = self.storage.take() {
             s.stop(Duration::from_secs(2)).await;
         }
@@ -222,6 +261,14 @@ fn spawn_member(bin: &Path, m: &mut Member) -> Result<()> {
     cmd.args(&m.cmd_args);
     m.child = Some(spawn(&format!("etcd {}", m.name), cmd, &m.log)?);
     Ok(())
+}
+
+impl ProcessBackend {
+    fn heal_paused(&mut self) {
+        for pid in self.paused.drain() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
+        }
+    }
 }
 
 /// Polls a member's `/health` until it reports healthy.

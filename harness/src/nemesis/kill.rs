@@ -13,8 +13,8 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     let mut errors = Vec::new();
     for m in &members {
         match n.world.backend.lock().await.kill_member(m.member).await {
-            Ok(pid) => killed.push(serde_json::json!({
-                "member": m.member, "pid": pid, "was_leader": m.was_leader
+            Ok(what) => killed.push(serde_json::json!({
+                "member": m.member, "was_leader": m.was_leader, "done": what
             })),
             Err(e) => errors.push(format!("kill member {}: {e:#}", m.member)),
         }
@@ -33,7 +33,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     let mut restarted = Vec::new();
     for m in &members {
         match n.world.backend.lock().await.restart_member(m.member).await {
-            Ok(pid) => restarted.push(serde_json::json!({ "member": m.member, "pid": pid })),
+            Ok(what) => restarted.push(serde_json::json!({ "member": m.member, "done": what })),
             Err(e) => errors.push(format!("restart member {}: {e:#}", m.member)),
         }
     }

@@ -136,9 +136,9 @@ impl Nemesis {
 
     /// The heal phase: every fault removed, every process continued, every killed
     /// member restarted. Returns what had to be undone, for the record.
-    pub async fn heal_all(&self) -> Vec<usize> {
+    pub async fn heal_all(&self) -> Vec<String> {
         self.heal();
-        self.world.backend.lock().await.restart_all().await
+        self.world.backend.lock().await.heal().await
     }
 }
 

@@ -26,6 +26,21 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
         Resolved::Members(m) => member_links(n, m),
         _ => Vec::new(),
     };
+    // Without peer proxies (containers on a docker network) the backend isolates
+    // members itself; it can cut but not slow them.
+    let isolated: Vec<usize> = match target {
+        Resolved::Members(m) if proxies.is_empty() && f == F::Partition => {
+            let ids: Vec<usize> = m.iter().map(|m| m.member).collect();
+            match n.world.backend.lock().await.isolate(&ids, true).await {
+                Ok(()) => ids,
+                Err(e) => {
+                    tracing::warn!("isolate members: {e:#}");
+                    Vec::new()
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
     for px in &proxies {
         px.set(Direction::Both, fault);
     }
@@ -43,14 +58,19 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     for px in &proxies {
         px.clear(Direction::Both);
     }
-    let kind = if proxies.is_empty() {
+    if !isolated.is_empty() {
+        if let Err(e) = n.world.backend.lock().await.isolate(&isolated, false).await {
+            tracing::warn!("rejoin members: {e:#}");
+        }
+    }
+    let kind = if proxies.is_empty() && isolated.is_empty() {
         EventType::Fail
     } else {
         EventType::Ok
     };
     let mut end = n.event(p, kind, f);
     end.detail = Some(serde_json::json!({ "action": "heal" }));
-    if proxies.is_empty() {
+    if proxies.is_empty() && isolated.is_empty() {
         end.error = Some("no link to break".into());
     }
     n.record(&end);

@@ -6,6 +6,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::{Nemesis, Planned, Resolved};
+use crate::backend::Service;
 use crate::history::{EventType, F};
 
 pub fn stop(pid: u32) -> nix::Result<()> {
@@ -17,29 +18,48 @@ pub fn cont(pid: u32) -> nix::Result<()> {
 }
 
 pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+    let services: Vec<Service> = match target {
+        Resolved::Members(m) => m.iter().map(|m| Service::Member(m.member)).collect(),
+        Resolved::Storage => vec![Service::Storage],
+        _ => Vec::new(),
+    };
     let pids: Vec<u32> = match target {
         Resolved::Workers(v) => v.iter().map(|v| v.pid).collect(),
-        Resolved::Members(m) => m.iter().filter_map(|m| m.pid).collect(),
-        Resolved::Storage(pid) => vec![*pid],
-        Resolved::Links { .. } => Vec::new(),
+        _ => Vec::new(),
     };
-    let mut stopped = Vec::new();
+    let mut done = Vec::new();
     let mut errors = Vec::new();
+    // Workers are host processes the nemesis freezes itself; etcd and the storage
+    // are the backend's to freeze (a process or a container).
+    let mut stopped = Vec::new();
     for pid in pids {
         // Registered before the signal, so a cancelled run still continues it.
         if let Ok(mut s) = n.stopped.lock() {
             s.insert(pid);
         }
         match stop(pid) {
-            Ok(()) => stopped.push(pid),
+            Ok(()) => {
+                stopped.push(pid);
+                done.push(serde_json::json!({ "action": "SIGSTOP", "pid": pid }));
+            }
             Err(e) => errors.push(format!("SIGSTOP pid {pid}: {e}")),
+        }
+    }
+    let mut frozen = Vec::new();
+    for &svc in &services {
+        match n.world.backend.lock().await.pause(svc).await {
+            Ok(what) => {
+                frozen.push(svc);
+                done.push(what);
+            }
+            Err(e) => errors.push(format!("pause {svc:?}: {e:#}")),
         }
     }
     let mut start = n.event(p, EventType::Invoke, F::Pause);
     start.detail = Some(serde_json::json!({
-        "action": "SIGSTOP",
+        "action": "pause",
         "target": target.describe(),
-        "pids": stopped,
+        "done": done,
         "duration_ms": p.duration.as_millis() as u64,
     }));
     n.record(&start);
@@ -52,13 +72,18 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
             s.remove(&pid);
         }
     }
-    let kind = if stopped.is_empty() {
+    for &svc in &frozen {
+        if let Err(e) = n.world.backend.lock().await.resume(svc).await {
+            errors.push(format!("resume {svc:?}: {e:#}"));
+        }
+    }
+    let kind = if done.is_empty() {
         EventType::Fail
     } else {
         EventType::Ok
     };
     let mut end = n.event(p, kind, F::Pause);
-    end.detail = Some(serde_json::json!({ "action": "SIGCONT" }));
+    end.detail = Some(serde_json::json!({ "action": "resume" }));
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));
     }

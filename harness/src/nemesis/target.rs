@@ -31,8 +31,6 @@ pub struct Victim {
 #[derive(Debug, Clone, Serialize)]
 pub struct MemberRef {
     pub member: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
     pub was_leader: bool,
 }
 
@@ -40,7 +38,7 @@ pub struct MemberRef {
 pub enum Resolved {
     Workers(Vec<Victim>),
     Members(Vec<MemberRef>),
-    Storage(u32),
+    Storage,
     /// Links to break, and what they are (for the record).
     Links {
         what: serde_json::Value,
@@ -53,7 +51,7 @@ impl Resolved {
         match self {
             Resolved::Workers(v) => serde_json::json!({ "workers": v }),
             Resolved::Members(m) => serde_json::json!({ "members": m }),
-            Resolved::Storage(pid) => serde_json::json!({ "storage_pid": pid }),
+            Resolved::Storage => serde_json::json!("storage"),
             Resolved::Links { what, proxies } => {
                 serde_json::json!({ "links": what, "proxies": proxies.len() })
             }
@@ -106,23 +104,14 @@ pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
             what: serde_json::json!("every worker → storage"),
             proxies: links.worker_storage.clone(),
         },
-        Target::Storage => {
-            let pid = n
-                .world
-                .backend
-                .lock()
-                .await
-                .storage_pid()
-                .context("storage is not running")?;
-            Resolved::Storage(pid)
-        }
+        Target::Storage => Resolved::Storage,
         Target::EtcdMember(m) => {
             let leader = leader(n).await.ok();
-            member_target(n, vec![m as usize], leader).await
+            member_target(vec![m as usize], leader)
         }
         Target::EtcdLeader => {
             let l = leader(n).await?;
-            member_target(n, vec![l], Some(l)).await
+            member_target(vec![l], Some(l))
         }
         Target::EtcdMajorityMinority => {
             let l = leader(n).await?;
@@ -130,25 +119,23 @@ pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
             // The leader plus enough others to make a minority: 1 of 3, 2 of 5.
             let mut minority = vec![l];
             minority.extend((0..total).filter(|&i| i != l).take((total - 1) / 2 - 1));
-            member_target(n, minority, Some(l)).await
+            member_target(minority, Some(l))
         }
     })
 }
 
-/// Members as a target: their processes (pause, kill) and the links into them
+/// Members as a target: their processes (pause, kill) or the links into them
 /// (delay, partition); the fault module takes what it needs.
-async fn member_target(n: &Nemesis, members: Vec<usize>, leader: Option<usize>) -> Resolved {
-    let backend = n.world.backend.lock().await;
-    let refs: Vec<MemberRef> = members
-        .iter()
-        .map(|&m| MemberRef {
-            member: m,
-            pid: backend.member_pid(m),
-            was_leader: leader == Some(m),
-        })
-        .collect();
-    drop(backend);
-    Resolved::Members(refs)
+fn member_target(members: Vec<usize>, leader: Option<usize>) -> Resolved {
+    Resolved::Members(
+        members
+            .into_iter()
+            .map(|m| MemberRef {
+                member: m,
+                was_leader: leader == Some(m),
+            })
+            .collect(),
+    )
 }
 
 /// The peer proxies of the given members (every link into each of them).
