@@ -511,7 +511,6 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     h.push_str("<main>\n");
     nav(&mut h, report);
     run_facts(&mut h, &ctx);
-    how_to_read(&mut h);
     fencing_section(&mut h, &ctx);
     mutex_section(&mut h, &ctx);
     counter_section(&mut h, &ctx);
@@ -520,6 +519,7 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     }
     timeline_section(&mut h, &ctx);
     stats_section(&mut h, &ctx);
+    how_to_read(&mut h);
     let _ = write!(
         h,
         "</main>\n<footer>fencecheck {} · report schema {} · run directory <code>{}</code></footer>\n",
@@ -562,7 +562,7 @@ fn verdict_banner(h: &mut String, ctx: &Ctx) {
         h,
         "<header id=\"verdict\" class=\"verdict {cls}\" data-passed=\"{passed}\">\n\
          <div class=\"verdict-word\">{word}</div>\n<div class=\"verdict-text\">\n\
-         <h1>{scenario}</h1>\n<p class=\"desc\">{desc}</p>\n<p class=\"verdict-sub\">{sub}</p>\n",
+         <h1>{scenario}</h1>\n<p class=\"desc\">{desc}</p>\n<p class=\"verdict-sub\">{sub} <a class=\"howto-link\" href=\"#howto\">how to read this report</a></p>\n",
         cls = if r.passed { "pass" } else { "fail" },
         passed = r.passed,
         scenario = escape(&r.run.scenario),
@@ -599,7 +599,7 @@ fn expectations_table(h: &mut String, exps: &[Expectation], id: &str) {
 }
 
 fn nav(h: &mut String, r: &Report) {
-    h.push_str("<nav id=\"toc\"><a href=\"#run\">run</a><a href=\"#howto\">how to read</a>");
+    h.push_str("<nav id=\"toc\"><a href=\"#run\">run</a>");
     for (id, name, v) in [
         ("check-fencing", "fencing", Some(r.checks.fencing.valid)),
         ("check-mutex", "mutex", Some(r.checks.mutex.valid)),
@@ -618,7 +618,7 @@ fn nav(h: &mut String, r: &Report) {
             );
         }
     }
-    h.push_str("<a href=\"#timeline\">timeline</a><a href=\"#charts\">throughput &amp; latency</a></nav>\n");
+    h.push_str("<a href=\"#timeline\">timeline</a><a href=\"#charts\">throughput &amp; latency</a><a href=\"#howto\">how to read</a></nav>\n");
 }
 
 fn run_facts(h: &mut String, ctx: &Ctx) {
@@ -689,10 +689,10 @@ fn run_facts(h: &mut String, ctx: &Ctx) {
         ),
     );
     h.push_str("</dl>\n");
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<div class=\"repro\"><span>reproduce</span><pre id=\"repro-cmd\">{}</pre>\
-         <button type=\"button\" class=\"copy\" data-copy=\"repro-cmd\">copy</button></div>\n",
+         <button type=\"button\" class=\"copy\" data-copy=\"repro-cmd\">copy</button></div>",
         escape(&run.command)
     );
     if !ctx.report.problems.is_empty() {
@@ -704,6 +704,21 @@ fn run_facts(h: &mut String, ctx: &Ctx) {
     }
     h.push_str("</section>\n");
 }
+
+/// The timeline's colours, shown under it and in the how-to box.
+const LEGEND: &str = "<li><span class=\"sw hold\"></span>lock hold (acquire ok → release)</li>\n\
+<li><span class=\"sw wait\"></span>waiting for the lock (acquire invoked)</li>\n\
+<li><span class=\"sw o-ok\"></span>op ok</li>\n\
+<li><span class=\"sw o-rej\"></span>write rejected as stale by the storage</li>\n\
+<li><span class=\"sw o-fail\"></span>op failed</li>\n\
+<li><span class=\"sw o-unk\"></span>outcome unknown (timed out / never completed)</li>\n\
+<li><span class=\"sw stale\"></span>stale write accepted — a fencing violation (dashed line: the newer write it came after)</li>\n\
+<li><span class=\"sw overlap\"></span>two holders at once (mutex overlap)</li>\n\
+<li><span class=\"sw ka\"></span>keepalive lost</li>\n\
+<li><span class=\"sw f-pause\"></span>pause fault window</li>\n\
+<li><span class=\"sw f-revoke\"></span>lease revocation</li>\n\
+<li><span class=\"sw f-other\"></span>other fault</li>\n\
+";
 
 fn how_to_read(h: &mut String) {
     h.push_str(
@@ -725,20 +740,11 @@ storage accepted; <i>lost</i> counts the overwritten ones.</dd>\n\
 lists the longest order that fits and the operations that cannot come next.</dd>\n\
 <dt>verdict</dt><dd>PASS when every expectation of the scenario holds (a checker may be INVALID and the run \
 still PASS, e.g. the negative-control scenarios expect violations).</dd>\n\
-</dl>\n</div>\n<div>\n<h3>Timeline colours</h3>\n<ul class=\"legend\">\n\
-<li><span class=\"sw hold\"></span>lock hold (acquire ok → release)</li>\n\
-<li><span class=\"sw wait\"></span>waiting for the lock (acquire invoked)</li>\n\
-<li><span class=\"sw o-ok\"></span>op ok</li>\n\
-<li><span class=\"sw o-rej\"></span>write rejected as stale by the storage</li>\n\
-<li><span class=\"sw o-fail\"></span>op failed</li>\n\
-<li><span class=\"sw o-unk\"></span>outcome unknown (timed out / never completed)</li>\n\
-<li><span class=\"sw stale\"></span>stale write accepted — a fencing violation (dashed line: the newer write it came after)</li>\n\
-<li><span class=\"sw overlap\"></span>two holders at once (mutex overlap)</li>\n\
-<li><span class=\"sw ka\"></span>keepalive lost</li>\n\
-<li><span class=\"sw f-pause\"></span>pause fault window</li>\n\
-<li><span class=\"sw f-revoke\"></span>lease revocation</li>\n\
-<li><span class=\"sw f-other\"></span>other fault</li>\n\
-</ul>\n<p class=\"muted\">Zoomed out, each pixel column shows the worst outcome among its ops. Scroll to zoom, \
+</dl>\n</div>\n<div>\n<h3>Timeline colours</h3>\n<ul class=\"legend\">\n",
+    );
+    h.push_str(LEGEND);
+    h.push_str(
+        "</ul>\n<p class=\"muted\">Zoomed out, each pixel column shows the worst outcome among its ops. Scroll to zoom, \
 drag to pan, shift-drag to zoom into a range, hover for details. Times are seconds since the run started.</p>\n\
 </div>\n</div>\n</details>\n</section>\n",
     );
@@ -794,6 +800,30 @@ fn tiles(h: &mut String, items: &[(&str, u64, &str)]) {
     h.push_str("</div>\n");
 }
 
+/// Items shown before a list folds the rest under "show N more".
+const SHOWN_UNFOLDED: usize = 5;
+
+/// Writes `<li>` items, folding all but the first few into a `<details>`.
+fn folded_list(h: &mut String, list_id: &str, items: &[String]) {
+    let _ = writeln!(h, "<ol class=\"cx\" id=\"{list_id}\">");
+    for (i, it) in items.iter().enumerate() {
+        if i == SHOWN_UNFOLDED {
+            let _ = writeln!(
+                h,
+                "</ol>\n<details class=\"more\"><summary>show {} more</summary>\n<ol class=\"cx\" start=\"{}\">",
+                items.len() - SHOWN_UNFOLDED,
+                SHOWN_UNFOLDED + 1
+            );
+        }
+        h.push_str(it);
+        h.push('\n');
+    }
+    h.push_str("</ol>\n");
+    if items.len() > SHOWN_UNFOLDED {
+        h.push_str("</details>\n");
+    }
+}
+
 fn goto_link(id: &str) -> String {
     format!("<a class=\"goto\" href=\"#show={id}\" data-goto=\"{id}\">show on timeline ↘</a>")
 }
@@ -846,45 +876,46 @@ fn fencing_section(h: &mut String, ctx: &Ctx) {
     if f.violations.is_empty() {
         h.push_str("<p class=\"ok-line\">No stale write was accepted.</p>\n");
     } else {
-        let _ = writeln!(
-            h,
-            "<h3>Stale writes accepted ({})</h3>\n<ol class=\"cx\" id=\"fencing-violations\">",
-            f.violations.len()
-        );
-        for (i, v) in f.violations.iter().take(MAX_LISTED).enumerate() {
-            let id = format!("fencing-{}", i + 1);
-            let _ = writeln!(
-                h,
-                "<li id=\"{id}\" class=\"violation\">{} {}</li>",
-                escape(&ctx.stale_words(v)),
-                goto_link(&id)
-            );
-        }
-        h.push_str("</ol>\n");
+        let _ = writeln!(h, "<h3>Stale writes accepted ({})</h3>", f.violations.len());
+        let items: Vec<String> = f
+            .violations
+            .iter()
+            .take(MAX_LISTED)
+            .enumerate()
+            .map(|(i, v)| {
+                let id = format!("fencing-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"violation\">{} {}</li>",
+                    escape(&ctx.stale_words(v)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "fencing-violations", &items);
         more_note(h, f.violations.len());
     }
     if !f.fresh_rejected_examples.is_empty() {
         let _ = writeln!(
             h,
-            "<h3>Legitimate holders refused ({} of {})</h3>\n<ol class=\"cx\" id=\"fresh-rejected\">",
+            "<h3>Legitimate holders refused ({} shown of {})</h3>",
             f.fresh_rejected_examples.len().min(MAX_LISTED),
             f.fresh_rejected
         );
-        for (i, w) in f
+        let items: Vec<String> = f
             .fresh_rejected_examples
             .iter()
             .take(MAX_LISTED)
             .enumerate()
-        {
-            let id = format!("fresh-{}", i + 1);
-            let _ = writeln!(
-                h,
-                "<li id=\"{id}\" class=\"fresh\">{} {}</li>",
-                escape(&ctx.fresh_words(w)),
-                goto_link(&id)
-            );
-        }
-        h.push_str("</ol>\n");
+            .map(|(i, w)| {
+                let id = format!("fresh-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"fresh\">{} {}</li>",
+                    escape(&ctx.fresh_words(w)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "fresh-rejected", &items);
     }
     h.push_str("</section>\n");
 }
@@ -915,20 +946,25 @@ fn mutex_section(h: &mut String, ctx: &Ctx) {
     } else {
         let _ = writeln!(
             h,
-            "<h3>Overlapping holds ({} shown of {})</h3>\n<ol class=\"cx\" id=\"mutex-overlaps\">",
+            "<h3>Overlapping holds ({} shown of {})</h3>",
             m.examples.len().min(MAX_LISTED),
             m.overlaps
         );
-        for (i, o) in m.examples.iter().take(MAX_LISTED).enumerate() {
-            let id = format!("mutex-{}", i + 1);
-            let _ = writeln!(
-                h,
-                "<li id=\"{id}\" class=\"overlap\">{} {}</li>",
-                escape(&ctx.overlap_words(o)),
-                goto_link(&id)
-            );
-        }
-        h.push_str("</ol>\n");
+        let items: Vec<String> = m
+            .examples
+            .iter()
+            .take(MAX_LISTED)
+            .enumerate()
+            .map(|(i, o)| {
+                let id = format!("mutex-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"overlap\">{} {}</li>",
+                    escape(&ctx.overlap_words(o)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "mutex-overlaps", &items);
     }
     h.push_str("</section>\n");
 }
@@ -1087,7 +1123,25 @@ fn is_time_field(k: &str) -> bool {
 /// A table of JSON objects: one column per field seen. Nanosecond times within the
 /// run are shown as seconds since its start.
 fn object_table(h: &mut String, ctx: &Ctx, items: &[Value], id: &str, group: Option<&str>) {
-    let mut cols: Vec<String> = Vec::new();
+    // Known lincheck fields first, in reading order; anything else after.
+    let mut cols: Vec<String> = [
+        "index",
+        "client",
+        "process",
+        "key",
+        "op",
+        "f",
+        "arg",
+        "out",
+        "call_ns",
+        "return_ns",
+        "unknown",
+        "state_after",
+    ]
+    .iter()
+    .filter(|k| items.iter().any(|it| it.get(**k).is_some()))
+    .map(|k| k.to_string())
+    .collect();
     for it in items {
         if let Value::Object(o) = it {
             for k in o.keys() {
@@ -1251,10 +1305,16 @@ fn lin_svg(ctx: &Ctx, ce: &serde_json::Map<String, Value>) -> Option<String> {
         let y = 24.0 + row * i as f64 + 6.0;
         let x0 = x(b.call);
         let x1 = b.ret.map_or(w - 10.0, x).max(x0 + 3.0);
+        // Labels of ops in the right half grow leftwards, so none runs off the picture.
+        let (tx, anchor) = if x0 > (left + w) / 2.0 {
+            (x1 - 3.0, "end")
+        } else {
+            (x0 + 3.0, "start")
+        };
         let _ = writeln!(
             s,
             "<g class=\"{}\"><rect x=\"{x0:.1}\" y=\"{y}\" width=\"{:.1}\" height=\"{}\" rx=\"3\"{}/>\
-             <text x=\"{:.1}\" y=\"{}\">{}</text><title>{} {}–{}</title></g>",
+             <text x=\"{:.1}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text><title>{} {}–{}</title></g>",
             if b.bad { "op bad" } else { "op" },
             x1 - x0,
             row - 14.0,
@@ -1263,7 +1323,7 @@ fn lin_svg(ctx: &Ctx, ce: &serde_json::Map<String, Value>) -> Option<String> {
             } else {
                 ""
             },
-            x0 + 3.0,
+            tx,
             y + row - 18.0,
             escape(&b.label),
             escape(&b.label),
@@ -1298,8 +1358,12 @@ fn timeline_section(h: &mut String, ctx: &Ctx) {
     }
     h.push_str(
         "</div>\n<div class=\"tl-canvas-wrap\"><canvas id=\"tl-canvas\" aria-label=\"timeline\"></canvas>\
-         <div id=\"tl-loading\" class=\"muted\">drawing…</div></div>\n</div>\n",
+         <div id=\"tl-loading\" class=\"muted\">drawing…</div></div>\n</div>\n\
+         <noscript><p>The timeline and the charts are drawn by JavaScript; everything else on this page reads without it.</p></noscript>\n",
     );
+    h.push_str("<ul class=\"legend strip\" id=\"tl-legend\">");
+    h.push_str(LEGEND);
+    h.push_str("</ul>\n");
     if ctx.report.faults.is_empty() {
         h.push_str("<p class=\"muted\" id=\"tl-faults-none\">No fault was injected.</p>\n");
     } else {
@@ -1418,23 +1482,61 @@ fn data_json(ctx: &Ctx, tl: &Timeline) -> String {
         let o = &tl.ops[i];
         (ctx.lanes.of(o.worker), o.start_ns)
     });
-    let mut ops = Columns::new(&["w", "f", "s", "e", "o", "k", "v", "t", "r", "q", "x"]);
-    for i in order {
+    // Compact encodings keep a 100,000-op page small enough for the browser to parse
+    // quickly: lanes as offsets instead of a lane per op, starts as deltas within a
+    // lane, ends as durations, and string indices shifted by one so 0 means none.
+    let mut ops = Columns::new(&["f", "s", "d", "o", "k", "v", "t", "r", "q", "x"]);
+    let mut lane_starts = vec![0usize; ctx.lanes.ids.len() + 1];
+    let mut has_ops = vec![false; ctx.lanes.ids.len()];
+    let mut prev: Option<(usize, i64)> = None;
+    for (n, i) in order.into_iter().enumerate() {
         let o = &tl.ops[i];
         let lane = ctx.lanes.of(o.worker).unwrap_or(0);
-        ops.push(0, Some(lane as i128));
-        ops.push(1, Some(fnames.get(&o.f) as i128));
-        ops.push(2, Some(clock.rel_us(o.start_ns) as i128));
-        ops.push(3, o.end_ns.map(|e| clock.rel_us(e) as i128));
-        ops.push(4, Some(outcomes.get(&o.outcome) as i128));
-        ops.push(5, o.key.as_deref().map(|k| keys.get(k) as i128));
-        ops.push(6, o.value.map(i128::from));
-        ops.push(7, o.token.map(i128::from));
-        ops.push(8, o.revision.map(i128::from));
-        ops.push(9, o.request_id.map(i128::from));
-        ops.push(10, o.error.as_deref().map(|e| errors.get(e) as i128));
+        let start = clock.rel_us(o.start_ns);
+        let base = match prev {
+            Some((l, t)) if l == lane => t,
+            _ => {
+                lane_starts[lane] = n;
+                has_ops[lane] = true;
+                0
+            }
+        };
+        prev = Some((lane, start));
+        ops.push(0, Some(fnames.get(&o.f) as i128));
+        ops.push(1, Some((start - base) as i128));
+        ops.push(2, o.end_ns.map(|e| (clock.rel_us(e) - start) as i128));
+        ops.push(3, Some(outcomes.get(&o.outcome) as i128));
+        ops.push(
+            4,
+            Some(o.key.as_deref().map_or(0, |k| keys.get(k) + 1) as i128),
+        );
+        ops.push(5, o.value.map(i128::from));
+        ops.push(6, o.token.map(i128::from));
+        ops.push(7, o.revision.map(i128::from));
+        ops.push(8, o.request_id.map(i128::from));
+        ops.push(
+            9,
+            Some(o.error.as_deref().map_or(0, |e| errors.get(e) + 1) as i128),
+        );
     }
-    let _ = write!(out, "\"ops\":{},", ops.finish());
+    // Lanes without ops start where the next lane starts.
+    let n_ops = tl.ops.len();
+    let mut next = n_ops;
+    for l in (0..ctx.lanes.ids.len()).rev() {
+        if has_ops[l] {
+            next = lane_starts[l];
+        } else {
+            lane_starts[l] = next;
+        }
+    }
+    lane_starts[ctx.lanes.ids.len()] = n_ops;
+    let ops = ops.finish();
+    let _ = write!(
+        out,
+        "\"ops\":{},\"opLanes\":{},",
+        ops,
+        serde_json::to_string(&lane_starts).unwrap_or_else(|_| "[]".into())
+    );
 
     let mut order: Vec<usize> = (0..tl.holds.len()).collect();
     order.sort_by_key(|&i| {
@@ -1527,11 +1629,24 @@ fn data_json(ctx: &Ctx, tl: &Timeline) -> String {
     if let Some(l) = &r.checks.linearizable {
         if let Some(ce) = l.detail.get("counterexample").filter(|c| c.is_object()) {
             if let (Some(a), Some(b)) = ce_time_range(ctx, ce) {
+                // lincheck's clients are the workers: highlight their lanes.
+                let mut lanes: Vec<usize> = ce
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|o| o.values())
+                    .filter_map(Value::as_array)
+                    .flatten()
+                    .filter_map(|op| op.get("client").and_then(Value::as_u64))
+                    .filter_map(|c| u32::try_from(c).ok().and_then(|c| ctx.lanes.of(c)))
+                    .collect();
+                lanes.sort_unstable();
+                lanes.dedup();
                 marks.push(serde_json::json!({
                     "id": "lin",
                     "kind": "lin",
                     "s": clock.rel_us(a),
                     "e": clock.rel_us(b),
+                    "lanes": lanes,
                     "words": "the linearizability counterexample's operations",
                 }));
             }

@@ -9,6 +9,7 @@
   window.addEventListener('error', (e) => noteError(String(e.message) + ' @' + e.lineno + ':' + e.colno));
 
   const T0 = performance.now();
+  document.body.dataset.startMs = T0.toFixed(1);
   const D = JSON.parse(document.getElementById('fc-data').textContent);
   document.body.dataset.parseMs = (performance.now() - T0).toFixed(1);
 
@@ -26,8 +27,19 @@
   const O = D.ops, HO = D.holds;
   const nOps = O.s.length, nHolds = HO.s.length, nLanes = D.workers.length;
   const num = (a) => Float64Array.from(a, (x) => (x === null ? NaN : +x));
-  const oW = Int32Array.from(O.w), oF = Int32Array.from(O.f), oO = Int32Array.from(O.o);
-  const oS = num(O.s), oE = num(O.e);
+  const oF = Int32Array.from(O.f), oO = Int32Array.from(O.o);
+  // Starts come as deltas within a lane and ends as durations (see data_json).
+  const oLane = Int32Array.from(D.opLanes);
+  const oW = new Int32Array(nOps), oS = new Float64Array(nOps), oE = new Float64Array(nOps);
+  for (let l = 0; l < nLanes; l++) {
+    let t = 0;
+    for (let i = oLane[l]; i < oLane[l + 1]; i++) {
+      t += O.s[i];
+      oW[i] = l;
+      oS[i] = t;
+      oE[i] = O.d[i] === null ? NaN : t + O.d[i];
+    }
+  }
   const hW = Int32Array.from(HO.w), hS = num(HO.s), hE = num(HO.e);
   const ACQ = D.fnames.indexOf('acquire');
   // Outcome index -> severity (for "worst outcome" buckets) and colour.
@@ -45,7 +57,7 @@
     start[nLanes] = n;
     return start;
   }
-  const oLane = laneRanges(oW, nOps), hLane = laneRanges(hW, nHolds);
+  const hLane = laneRanges(hW, nHolds);
   // Longest op/hold per lane: the binary search for a view starts that far back.
   function maxDur(lane, s, e, acqOnly) {
     const m = new Float64Array(nLanes);
@@ -130,26 +142,40 @@
     scheduleDraw();
   }
 
-  let pending = false;
+  // Per-part timings of the last full draw, kept for the benchmark.
+  const timings = {};
+  function timed(name, f) {
+    const t = performance.now();
+    f();
+    timings[name] = performance.now() - t;
+  }
+  // While the user zooms or drags, only the timeline follows frame by frame; the
+  // charts catch up once the view has rested (they scan every op).
+  let pending = false, chartTimer = 0;
   function scheduleDraw() {
     if (pending) return;
     pending = true;
     requestAnimationFrame(() => {
       pending = false;
-      drawAll();
+      timed('timeline', drawTimeline);
+      clearTimeout(chartTimer);
+      chartTimer = setTimeout(() => {
+        timed('throughput', drawThroughput);
+        timed('latency', drawLatency);
+      }, nOps > 20000 ? 150 : 30);
     });
   }
   function drawAll() {
-    drawTimeline();
-    drawThroughput();
-    drawLatency();
+    timed('timeline', drawTimeline);
+    timed('throughput', drawThroughput);
+    timed('latency', drawLatency);
   }
 
   const hatch = (() => {
     const p = document.createElement('canvas');
     p.width = p.height = 8;
     const g = p.getContext('2d');
-    g.strokeStyle = 'rgba(214,39,40,.75)';
+    g.strokeStyle = 'rgba(214,39,40,.5)';
     g.lineWidth = 2;
     g.beginPath();
     g.moveTo(0, 8); g.lineTo(8, 0); g.moveTo(-2, 2); g.lineTo(2, -2); g.moveTo(6, 10); g.lineTo(10, 6);
@@ -174,6 +200,19 @@
       g.lineTo(x, top + h);
       g.stroke();
       if (top === AXIS) g.fillText((t / 1e6).toFixed(dec) + ' s', x, AXIS / 2);
+    }
+  }
+
+  const WAIT = '#9aa5b8';
+  // Calls f(from, to, value) for each run of equal non-zero values.
+  function runs(arr, f) {
+    let c = 0;
+    while (c < arr.length) {
+      const v = arr[c];
+      let c2 = c + 1;
+      while (c2 < arr.length && arr[c2] === v) c2++;
+      if (v) f(c, c2, v);
+      c = c2;
     }
   }
 
@@ -203,19 +242,30 @@
       if (x1 < 0 || x0 > W) continue;
       g.fillStyle = faultShade(f.kind);
       g.fillRect(x0, AXIS + NEM, x1 - x0, HEIGHT - AXIS - NEM);
-      // The victims' own lanes get a stronger tint.
+      // A stripe along the top of each victim's lane says whose fault it is.
+      g.fillStyle = FAULT_BAR[f.kind] || 'rgba(120,120,120,.7)';
       for (const v of f.victims || []) {
         if (v === null) continue;
-        g.fillRect(x0, laneY(v), x1 - x0, LH);
+        g.fillRect(x0, laneY(v), x1 - x0, 3);
       }
     }
-    // Nemesis lane: one bar per fault, stacked in two rows when they overlap.
+    // Nemesis lane: one bar per fault, in two rows so that overlapping faults and
+    // their labels stay readable; a label that fits nowhere is left to the tooltip.
     const rows = [-Infinity, -Infinity];
+    g.font = '10px system-ui, sans-serif';
+    g.textAlign = 'left';
+    g.textBaseline = 'middle';
     for (const f of D.faults) {
       const x0 = X(f.s), x1 = Math.max(X(faultEnd(f)), x0 + 3);
-      const row = rows[0] <= x0 ? 0 : 1;
-      rows[row] = x1 + 2;
       if (x1 < 0 || x0 > W) continue;
+      const label = '#' + f.id + ' ' + f.kind + (f.victims && f.victims.length ? ' w' + f.victims.map((v) => D.workers[v]).join(',') : '');
+      const tw = g.measureText(label).width;
+      const inside = x1 - x0 > tw + 6;
+      const extent = inside ? x1 : x1 + tw + 6;
+      let row = rows[0] <= x0 ? 0 : rows[1] <= x0 ? 1 : -1;
+      const showLabel = row >= 0;
+      if (row < 0) row = rows[0] <= rows[1] ? 0 : 1;
+      rows[row] = Math.max(rows[row], showLabel ? extent + 4 : x1 + 2);
       const y = AXIS + 3 + row * 12, h = 11;
       g.fillStyle = FAULT_BAR[f.kind] || 'rgba(120,120,120,.7)';
       g.fillRect(x0, y, x1 - x0, h);
@@ -223,43 +273,52 @@
         g.strokeStyle = COL.stale;
         g.strokeRect(x0 + 0.5, y + 0.5, x1 - x0 - 1, h - 1);
       }
-      const label = '#' + f.id + ' ' + f.kind + (f.victims && f.victims.length ? ' w' + f.victims.map((v) => D.workers[v]).join(',') : '');
-      g.font = '10px system-ui, sans-serif';
-      g.textAlign = 'left';
-      g.textBaseline = 'middle';
-      const tw = g.measureText(label).width;
-      g.fillStyle = '#3b2a00';
-      if (x1 - x0 > tw + 6) g.fillText(label, Math.max(x0, 0) + 3, y + h / 2 + 0.5);
-      else if (tw < 120) g.fillText(label, x1 + 3, y + h / 2 + 0.5);
+      if (showLabel) {
+        g.fillStyle = '#3b2a00';
+        g.fillText(label, inside ? Math.max(x0, 0) + 3 : x1 + 3, y + h / 2 + 0.5);
+      }
     }
 
     const va = view.a, vb = view.b;
     for (let l = 0; l < nLanes; l++) {
       const y = laneY(l);
-      // Holds.
-      let i = lowerBound(hS, hLane[l], hLane[l + 1], va - hMax[l]);
-      for (; i < hLane[l + 1] && hS[i] <= vb; i++) {
-        if (hE[i] < va) continue;
-        const x0 = X(hS[i]), x1 = Math.max(X(hE[i]), x0 + 1);
-        g.fillStyle = COL.hold;
-        g.fillRect(x0, y + 3, x1 - x0, LH - 7);
-        g.strokeStyle = COL.holdEdge;
-        g.lineWidth = 1;
-        if (HO.rel[i]) {
-          g.strokeRect(x0 + 0.5, y + 3.5, x1 - x0 - 1, LH - 8);
-        } else {
-          // Never released: no closing edge.
-          g.beginPath();
-          g.moveTo(x1, y + 3.5); g.lineTo(x0 + 0.5, y + 3.5); g.lineTo(x0 + 0.5, y + LH - 4.5); g.lineTo(x1, y + LH - 4.5);
-          g.stroke();
+      // Holds: each one outlined when there is room, else the covered pixel columns.
+      const h0 = lowerBound(hS, hLane[l], hLane[l + 1], va - hMax[l]);
+      let h1 = h0;
+      while (h1 < hLane[l + 1] && hS[h1] <= vb) h1++;
+      if (h1 - h0 > W / 3) {
+        const cover = new Uint8Array(Math.ceil(W) + 2);
+        for (let i = h0; i < h1; i++) {
+          if (hE[i] < va) continue;
+          const c0 = Math.max(0, Math.floor(X(hS[i]))), c1 = Math.min(W + 1, Math.floor(X(hE[i])));
+          for (let c = c0; c <= c1; c++) cover[c] = 1;
         }
-        if (x1 - x0 > 46 && LH >= 16) {
-          g.fillStyle = '#41597a';
-          g.font = '10px system-ui, sans-serif';
-          g.textAlign = 'left';
-          g.textBaseline = 'top';
-          const r = HO.r[i];
-          g.fillText((D.keys[HO.k[i]] || '') + (r !== null ? ' r' + r : ''), Math.max(x0, 0) + 3, y + 4);
+        g.fillStyle = COL.hold;
+        runs(cover, (c, c2) => g.fillRect(c, y + 3, c2 - c, LH - 7));
+      } else {
+        for (let i = h0; i < h1; i++) {
+          if (hE[i] < va) continue;
+          const x0 = X(hS[i]), x1 = Math.max(X(hE[i]), x0 + 1);
+          g.fillStyle = COL.hold;
+          g.fillRect(x0, y + 3, x1 - x0, LH - 7);
+          g.strokeStyle = COL.holdEdge;
+          g.lineWidth = 1;
+          if (HO.rel[i]) {
+            g.strokeRect(x0 + 0.5, y + 3.5, x1 - x0 - 1, LH - 8);
+          } else {
+            // Never released: no closing edge.
+            g.beginPath();
+            g.moveTo(x1, y + 3.5); g.lineTo(x0 + 0.5, y + 3.5); g.lineTo(x0 + 0.5, y + LH - 4.5); g.lineTo(x1, y + LH - 4.5);
+            g.stroke();
+          }
+          if (x1 - x0 > 46 && LH >= 16) {
+            g.fillStyle = '#41597a';
+            g.font = '10px system-ui, sans-serif';
+            g.textAlign = 'left';
+            g.textBaseline = 'top';
+            const r = HO.r[i];
+            g.fillText((D.keys[HO.k[i]] || '') + (r !== null ? ' r' + r : ''), Math.max(x0, 0) + 3, y + 4);
+          }
         }
       }
       // Ops. Acquires are waits for the lock, drawn as a thin line; the rest are marks,
@@ -274,44 +333,35 @@
       const markY = y + Math.round(LH * 0.45), markH = Math.max(3, Math.round(LH * 0.32));
       const waitY = y + LH - 4;
       const aggregate = visible > W / 4;
-      const cols = aggregate ? new Uint8Array(Math.ceil(W) + 1) : null;
+      // Zoomed out: the worst outcome per pixel column, for marks and waits alike.
+      const cols = aggregate ? new Uint8Array(Math.ceil(W) + 2) : null;
+      const waits = aggregate ? new Uint8Array(Math.ceil(W) + 2) : null;
+      let fill = '';
+      const setFill = (c) => { if (c !== fill) { g.fillStyle = c; fill = c; } };
       for (let k = lo; k < hi; k++) {
         const e = opEnd(k);
         if (e < va) continue;
         const x0 = X(oS[k]);
         const x1 = X(e);
-        if (oF[k] === ACQ) {
-          const c = SEV[oO[k]] === 1 ? '#9aa5b8' : outCol(oO[k]);
-          g.fillStyle = c;
+        const acq = oF[k] === ACQ;
+        if (aggregate) {
+          const c0 = Math.max(0, Math.floor(x0)), c1 = Math.min(W + 1, Math.floor(x1));
+          const sev = SEV[oO[k]], arr = acq ? waits : cols;
+          for (let c = c0; c <= c1; c++) if (arr[c] < sev) arr[c] = sev;
+        } else if (acq) {
+          setFill(SEV[oO[k]] === 1 ? WAIT : outCol(oO[k]));
           g.fillRect(x0, waitY, Math.max(1, x1 - x0), 2);
           if (!isNaN(oE[k])) g.fillRect(x1 - 1, waitY - 3, 2, 5);
-          continue;
-        }
-        if (aggregate) {
-          const c0 = Math.max(0, Math.floor(x0)), c1 = Math.min(W, Math.floor(x1));
-          const s = SEV[oO[k]];
-          for (let c = c0; c <= c1; c++) if (cols[c] < s) cols[c] = s;
         } else {
-          g.fillStyle = outCol(oO[k]);
+          setFill(outCol(oO[k]));
           g.fillRect(x0, markY, Math.max(2, x1 - x0), markH);
-          if (isNaN(oE[k])) {
-            // Never completed: an open tail.
-            g.fillRect(x0, markY + markH / 2 - 0.5, 10, 1);
-          }
+          // Never completed: an open tail.
+          if (isNaN(oE[k])) g.fillRect(x0, markY + markH / 2 - 0.5, 10, 1);
         }
       }
       if (aggregate) {
-        let c = 0;
-        while (c <= W) {
-          const s = cols[c];
-          let c2 = c + 1;
-          while (c2 <= W && cols[c2] === s) c2++;
-          if (s) {
-            g.fillStyle = SEV_COL[s];
-            g.fillRect(c, markY, c2 - c, markH);
-          }
-          c = c2;
-        }
+        runs(cols, (c, c2, sev) => { setFill(SEV_COL[sev]); g.fillRect(c, markY, c2 - c, markH); });
+        runs(waits, (c, c2, sev) => { setFill(sev === 1 ? WAIT : SEV_COL[sev]); g.fillRect(c, waitY, c2 - c, 2); });
       }
     }
 
@@ -337,7 +387,7 @@
           if (l === null) continue;
           g.fillStyle = hatch;
           g.fillRect(x0, laneY(l) + 3, x1 - x0, LH - 7);
-          g.strokeStyle = COL.stale;
+          g.strokeStyle = 'rgba(214,39,40,.8)';
           g.strokeRect(x0 + 0.5, laneY(l) + 3.5, x1 - x0 - 1, LH - 8);
         }
       }
@@ -385,7 +435,7 @@
       const lanes = focus.lanes.filter((l) => l !== null && l !== undefined);
       const y0 = lanes.length ? laneY(Math.min.apply(null, lanes)) : AXIS;
       const y1 = lanes.length ? laneY(Math.max.apply(null, lanes)) + LH : HEIGHT;
-      g.fillStyle = 'rgba(255, 214, 0, .18)';
+      g.fillStyle = 'rgba(255, 214, 0, .12)';
       g.fillRect(x0 - 4, y0, x1 - x0 + 8, y1 - y0);
       g.strokeStyle = 'rgba(230, 170, 0, .95)';
       g.lineWidth = 2;
@@ -406,10 +456,10 @@
   function opTip(i) {
     const f = D.fnames[oF[i]], o = D.outcomes[oO[i]];
     let s = '<b>worker ' + esc(D.workers[oW[i]]) + ' · ' + esc(f) + '</b> → <b style="color:' + outCol(oO[i]) + '">' + esc(o) + '</b><br>';
-    s += kv('key', O.k[i] === null ? null : D.keys[O.k[i]]) + kv('value', O.v[i]) + kv('token', O.t[i]) + kv('revision', O.r[i]) + kv('request', O.q[i]);
+    s += kv('key', O.k[i] ? D.keys[O.k[i] - 1] : null) + kv('value', O.v[i]) + kv('token', O.t[i]) + kv('revision', O.r[i]) + kv('request', O.q[i]);
     s += '<br><span class="k">invoked</span> ' + fmtT(oS[i], 1e6);
     s += isNaN(oE[i]) ? ' · <b>never completed</b>' : ' · <span class="k">completed</span> ' + fmtT(oE[i], 1e6) + ' (' + fmtDur(oE[i] - oS[i]) + ')';
-    if (O.x[i] !== null) s += '<br><span class="k">error</span> ' + esc(D.errors[O.x[i]]);
+    if (O.x[i]) s += '<br><span class="k">error</span> ' + esc(D.errors[O.x[i] - 1]);
     return s;
   }
   function holdTip(i) {
@@ -528,6 +578,8 @@
       if (hit && hit.mark) {
         const li = document.getElementById(hit.mark);
         if (li) {
+          const more = li.closest('details');
+          if (more) more.open = true;
           li.scrollIntoView({ block: 'center' });
           li.classList.add('flash');
           setTimeout(() => li.classList.remove('flash'), 1500);
@@ -565,7 +617,7 @@
       } else if (m.kind === 'fresh') {
         lo = hi = m.t; lanes = [m.w];
       } else {
-        lo = m.s; hi = m.e;
+        lo = m.s; hi = m.e; lanes = m.lanes || [];
       }
     }
     focus = { lo: lo, hi: hi, lanes: lanes };
@@ -705,6 +757,11 @@
     });
   }
   let latState = null;
+  const dots = document.createElement('canvas');
+  function hexRgb(h) {
+    const m = /^#?([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(h) || [0, '80', '80', '80'];
+    return [parseInt(m[1], 16), parseInt(m[2], 16), parseInt(m[3], 16)];
+  }
   function drawLatency() {
     if (!latCanvas) return;
     const fr = chartFrame(latCanvas, 240), g = fr.g;
@@ -730,16 +787,33 @@
     }
     const bk = bucketing(fr.pw);
     const per = D.fnames.map(() => []);
-    g.globalAlpha = nOps > 20000 ? 0.25 : 0.45;
+    // The dots go through an ImageData: 100,000 fillRect calls cost far more.
+    const dw = Math.round(fr.w * dpr), dh = Math.round(fr.h * dpr);
+    const img = new ImageData(dw, dh), px = img.data;
+    const rgb = D.fnames.map((f, i) => hexRgb(kindCol(i)));
+    const dot = Math.max(2, Math.round(2 * dpr));
     for (let i = 0; i < nOps; i++) {
       const e = oE[i], f = oF[i];
       if (!(e >= view.a && e <= view.b) || !kindOn[f]) continue;
       const d = Math.max(1, e - oS[i]);
-      g.fillStyle = kindCol(f);
-      g.fillRect(fr.cx(e) - 1, Y(d) - 1, 2.5, 2.5);
       const b = Math.floor((e - bk.first) / bk.bw);
       (per[f][b] || (per[f][b] = [])).push(d);
+      const x = Math.round(fr.cx(e) * dpr), y = Math.round(Y(d) * dpr);
+      const c = rgb[f];
+      for (let yy = y - 1; yy < y - 1 + dot; yy++) {
+        if (yy < 0 || yy >= dh) continue;
+        for (let xx = x - 1; xx < x - 1 + dot; xx++) {
+          if (xx < GUTTER * dpr || xx >= dw) continue;
+          const o = (yy * dw + xx) * 4;
+          px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
+        }
+      }
     }
+    dots.width = dw;
+    dots.height = dh;
+    dots.getContext('2d').putImageData(img, 0, 0);
+    g.globalAlpha = nOps > 20000 ? 0.3 : 0.5;
+    g.drawImage(dots, 0, 0, fr.w, fr.h);
     g.globalAlpha = 1;
     // p99 per bucket, per kind.
     const p99 = D.fnames.map(() => []);
@@ -789,6 +863,46 @@
     if (w !== lastW) { lastW = w; scheduleDraw(); }
   });
 
+  // `report.html#selftest` drives what a mouse would (hover everywhere, zoom until
+  // single marks are drawn, focus every counterexample) so that a headless browser
+  // can check that those paths run without errors.
+  function selfTest() {
+    const t = performance.now();
+    let tips = 0, probes = 0, hitMs = 0;
+    const pass = () => {
+      const h0 = performance.now();
+      for (let y = 1; y < HEIGHT; y += Math.max(3, LH / 3)) {
+        for (let x = 1; x < W; x += W / 80) {
+          const hit = hitTest(x, y);
+          probes++;
+          // Showing every tip would time layout, not the lookups.
+          if (hit && tips++ % 64 === 0) showTip(hit.html, x, y);
+        }
+      }
+      hitMs += performance.now() - h0;
+      tip.hidden = true;
+    };
+    pass();
+    const mid = (FULL.a + FULL.b) / 2, frames = [];
+    for (const f of [1, 0.1, 0.01, 0.001, 0.0001]) {
+      view.a = mid - (FULL.b - FULL.a) * f / 2;
+      view.b = mid + (FULL.b - FULL.a) * f / 2;
+      const f0 = performance.now();
+      drawTimeline();
+      frames.push(f + 'x:' + (performance.now() - f0).toFixed(1));
+      drawAll();
+      pass();
+    }
+    document.body.dataset.frameMs = frames.join(' ');
+    for (const m of D.marks) { focusOn(m.id); drawAll(); pass(); }
+    for (const f of D.faults) { focusOn('fault-' + f.id); drawAll(); }
+    focus = null;
+    view.a = FULL.a; view.b = FULL.b;
+    drawAll();
+    document.body.dataset.selftest = 'ok ' + tips + ' tips in ' + probes + ' probes, ' + (hitMs * 1000 / probes).toFixed(0) +
+      ' µs per probe, ' + (performance.now() - t).toFixed(0) + ' ms';
+  }
+
   // ---- first paint, synchronously so that a headless dump sees the result ---------
   try {
     const m = /^#show=(.+)$/.exec(location.hash);
@@ -797,11 +911,13 @@
     lastW = W;
     const loading = document.getElementById('tl-loading');
     if (loading) loading.remove();
+    document.body.dataset.drawMs = Object.keys(timings).map((k) => k + ':' + timings[k].toFixed(1)).join(' ');
     document.body.dataset.scriptMs = (performance.now() - T0).toFixed(1);
     document.body.dataset.renderMs = performance.now().toFixed(1);
     document.body.dataset.ops = String(nOps);
     document.body.dataset.lanes = String(nLanes);
     document.body.dataset.rendered = 'ok';
+    if (location.hash === '#selftest') selfTest();
   } catch (err) {
     noteError(String(err && err.stack || err));
     throw err;

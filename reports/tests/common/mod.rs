@@ -224,7 +224,7 @@ pub fn synthetic(workers: u32, ops: usize, secs: u64) -> (Report, Timeline) {
     let mut id = 1;
     let mut at = origin + 5_000_000_000;
     while at + 3_000_000_000 < end {
-        let victim = (id as u32 * 7) % workers;
+        let victim = (id * 7) % workers;
         faults.push(FaultWindow {
             id,
             kind: if id % 3 == 0 { "revoke-lease" } else { "pause" }.into(),
