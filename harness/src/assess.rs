@@ -1,12 +1,14 @@
 //! From a run directory's recorded files to a [`Report`]: merge the per-process
 //! event files into `history.jsonl`, read `storage.jsonl`, run every checker,
-//! judge the expectations, and write `report.json`. The live run ends by calling
+//! judge the expectations, and write `report.json` and `report.html`. The live run ends by calling
 //! exactly this, and so does `fencecheck check RUN_DIR`.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use fencecheck_reports::{Latency, Report, RunInfo, Stats, SCHEMA_VERSION};
+use fencecheck_reports::{
+    Latency, Notice, OpMark, Report, RunInfo, Stats, Timeline, SCHEMA_VERSION,
+};
 use fencecheck_storage::LogRecord;
 
 use crate::check::{self, Recorded};
@@ -78,7 +80,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     problems.extend(p);
 
     let rec = Recorded::new(events, storage);
-    let checks = check::run_all(&rec);
+    let checks = check::run_all(&rec, scenario.storage.fencing);
     let keepalive_lost = check::keepalive_lost(&rec.events);
     let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
     // A run that recorded nothing proves nothing: it never passes.
@@ -101,7 +103,82 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         problems,
     };
     report.write_json(run_dir)?;
+    fencecheck_reports::write_html(run_dir, &report, &timeline(&rec))?;
     Ok(report)
+}
+
+/// What the HTML timeline draws: every worker's operations (invoke to completion),
+/// its lock holds, and its keepalive losses.
+pub fn timeline(rec: &Recorded) -> Timeline {
+    use std::collections::{BTreeSet, HashMap};
+    let workers: BTreeSet<u32> = rec
+        .events
+        .iter()
+        .filter_map(|e| e.process.worker())
+        .collect();
+    let mut tl = Timeline {
+        workers: workers.into_iter().collect(),
+        holds: crate::check::mutex::holds(rec),
+        ..Timeline::default()
+    };
+    let mut open: HashMap<(u32, F), &Event> = HashMap::new();
+    for e in &rec.events {
+        let Some(w) = e.process.worker() else {
+            continue;
+        };
+        if e.f == F::KeepaliveLost {
+            tl.notices.push(Notice {
+                worker: w,
+                time_ns: e.time_ns,
+                what: e.f.to_string(),
+                detail: e.error.clone(),
+            });
+            continue;
+        }
+        if e.kind == EventType::Invoke {
+            open.insert((w, e.f), e);
+            continue;
+        }
+        let Some(inv) = open.remove(&(w, e.f)) else {
+            continue;
+        };
+        let outcome = match (e.f, e.kind) {
+            (_, EventType::Ok) => "ok",
+            (F::Write, EventType::Fail)
+                if e.error
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("rejected-stale")) =>
+            {
+                "rejected-stale"
+            }
+            (_, EventType::Fail) => "fail",
+            _ => "unknown",
+        };
+        tl.ops.push(op_mark(w, inv, Some(e), outcome));
+    }
+    // Invoked, never completed (killed, or the run ended mid-call).
+    for ((w, _), inv) in open {
+        tl.ops.push(op_mark(w, inv, None, "unknown"));
+    }
+    tl.ops.sort_by_key(|o| (o.start_ns, o.worker));
+    tl
+}
+
+fn op_mark(worker: u32, inv: &Event, done: Option<&Event>, outcome: &str) -> OpMark {
+    OpMark {
+        worker,
+        f: inv.f.to_string(),
+        start_ns: inv.time_ns,
+        end_ns: done.map(|d| d.time_ns),
+        outcome: outcome.to_string(),
+        key: inv.key.clone(),
+        // A read's value is what it returned; a write's is what it wrote.
+        value: done.and_then(|d| d.value).or(inv.value),
+        token: done.and_then(|d| d.token).or(inv.token),
+        revision: done.and_then(|d| d.revision).or(inv.revision),
+        request_id: inv.request_id,
+        error: done.and_then(|d| d.error.clone()),
+    }
 }
 
 /// Operation counts and latency percentiles (invoke → completion per process).

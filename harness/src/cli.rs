@@ -56,6 +56,26 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Run every scenario of a folder (or the files named), one summary table, one
+    /// index.html linking every report. Exit 1 if any expectation is unmet.
+    Suite {
+        /// Scenario files or folders (default: scenarios/).
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        #[arg(long)]
+        etcd: Option<EtcdVersion>,
+        /// Override every scenario's duration.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Suite directory (default runs/suite-<UTC time>); one run dir per scenario.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Re-run every checker on a recorded run, offline.
     Check { run_dir: PathBuf },
     /// Re-render the report of a recorded run.
@@ -70,6 +90,31 @@ enum Command {
         /// Seed for --schedule (default: the scenario's own).
         #[arg(long)]
         seed: Option<u64>,
+    },
+    /// Check a history from any source for linearizability (one operation per line:
+    /// {"client","call_ns","return_ns","key","op","arg","out"[,"unknown"]}).
+    /// Exit 0 linearizable, 1 not, 2 bad input, 3 unknown (time budget ran out).
+    Lincheck {
+        file: PathBuf,
+        /// kv (read/write/cas register) or fenced (write [value, token] accepted iff
+        /// token >= max).
+        #[arg(long, default_value = "kv")]
+        model: String,
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Build (or find) the docker backend's images, FROM scratch, no registry.
+    Images {
+        /// etcd versions to build an image for (default: 3.5).
+        #[arg(long = "etcd", default_values_t = [EtcdVersion::V3_5])]
+        etcd: Vec<EtcdVersion>,
+    },
+    /// Remove every container, network and volume earlier docker runs left behind
+    /// (label `fencecheck.run`).
+    Clean {
+        /// Also remove the images fencecheck built.
+        #[arg(long)]
+        images: bool,
     },
     /// Measure fencecheck's own machinery (figures, never pass/fail).
     Bench {
@@ -200,6 +245,58 @@ pub fn main() -> i32 {
                 None => error("interrupted"),
             }
         }
+        Command::Suite {
+            paths,
+            seed,
+            backend,
+            etcd,
+            duration,
+            out,
+            quiet,
+        } => {
+            let paths = if paths.is_empty() {
+                vec![PathBuf::from("scenarios")]
+            } else {
+                paths
+            };
+            let files = match crate::suite::scenario_files(&paths) {
+                Ok(f) => f,
+                Err(e) => return error(format!("{e:#}")),
+            };
+            let out = out.unwrap_or_else(crate::suite::default_suite_dir);
+            let o = Overrides {
+                seed,
+                backend,
+                duration,
+                workers: None,
+                etcd,
+                out: None,
+            };
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            let res = rt.block_on(async {
+                tokio::select! {
+                    r = crate::suite::run_suite(&files, &o, &out, quiet) => Some(r),
+                    _ = tokio::signal::ctrl_c() => None,
+                }
+            });
+            match res {
+                Some(Ok(outcomes)) => {
+                    print!("{}", crate::suite::summary_table(&outcomes, &out));
+                    if outcomes.iter().any(|o| o.report.is_none()) {
+                        EXIT_ERROR
+                    } else if outcomes.iter().all(|o| o.report.as_ref().is_some_and(|r| r.passed)) {
+                        EXIT_PASS
+                    } else {
+                        EXIT_FAIL
+                    }
+                }
+                Some(Err(e)) => error(format!("{e:#}")),
+                None => error("interrupted"),
+            }
+        }
         Command::Check { run_dir } | Command::Report { run_dir } => {
             match assess::assess(&run_dir) {
                 Ok(report) => {
@@ -256,6 +353,11 @@ pub fn main() -> i32 {
                 EXIT_PASS
             }
         }
+        Command::Lincheck {
+            file,
+            model,
+            timeout,
+        } => lincheck::command(&file, &model, timeout),
         Command::Bench {
             what:
                 BenchWhat::Proxy {
@@ -278,6 +380,36 @@ pub fn main() -> i32 {
                     EXIT_PASS
                 }
                 Err(e) => error(format!("bench: {e}")),
+            }
+        }
+        Command::Images { etcd } => {
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            match rt.block_on(crate::backend::docker::build_images(&etcd)) {
+                Ok(lines) => {
+                    for l in lines {
+                        println!("{l}");
+                    }
+                    EXIT_PASS
+                }
+                Err(e) => error(format!("{e:#}")),
+            }
+        }
+        Command::Clean { images } => {
+            let rt = match runtime(true) {
+                Ok(rt) => rt,
+                Err(e) => return error(e),
+            };
+            match rt.block_on(crate::backend::docker::clean(images)) {
+                Ok(lines) => {
+                    for l in lines {
+                        println!("{l}");
+                    }
+                    EXIT_PASS
+                }
+                Err(e) => error(format!("{e:#}")),
             }
         }
         Command::Worker { config } => {

@@ -86,6 +86,6 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     for p in r.problems.iter().take(5) {
         let _ = writeln!(s, "  note: {p}");
     }
-    let _ = writeln!(s, "report: {}", run_dir.join("report.json").display());
+    let _ = writeln!(s, "report: {}", run_dir.join("report.html").display());
     s
 }

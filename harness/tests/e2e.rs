@@ -36,6 +36,8 @@ fn run_scenario(name: &str, extra: &[&str], out: &Path) -> (Output, Value) {
             "scenario",
             &format!("scenarios/{name}.toml"),
             "--quiet",
+            "--backend",
+            "process",
             "--out",
         ])
         .arg(out)
@@ -293,6 +295,8 @@ fn ctrl_c_mid_pause_leaves_nothing_running_or_stopped() {
             "scenario",
             "scenarios/pause.toml",
             "--quiet",
+            "--backend",
+            "process",
             "--duration",
             "30s",
             "--out",

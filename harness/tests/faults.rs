@@ -33,6 +33,8 @@ fn run_scenario(name: &str, extra: &[&str], out: &Path) -> (Output, Value) {
             "scenario",
             &format!("scenarios/{name}.toml"),
             "--quiet",
+            "--backend",
+            "process",
             "--out",
         ])
         .arg(out)
@@ -214,6 +216,8 @@ fn ctrl_c_during_a_three_member_run_leaves_nothing_behind() {
             "scenario",
             "scenarios/leader-pause.toml",
             "--quiet",
+            "--backend",
+            "process",
             "--out",
         ])
         .arg(&out)

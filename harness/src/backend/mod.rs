@@ -2,6 +2,7 @@
 //! plain [`Deployment`]: addresses to connect to (or to put proxies in front of),
 //! and facts for the report. The nemesis reaches processes through [`Backend`].
 
+pub mod docker;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -48,6 +49,7 @@ pub enum Service {
 /// on drop, so errors and panics do not leave services behind.
 pub enum Backend {
     Process(process::ProcessBackend),
+    Docker(docker::DockerBackend),
 }
 
 impl Backend {
@@ -59,17 +61,39 @@ impl Backend {
     ) -> Result<(Backend, Deployment)> {
         let reason = match kind {
             BackendKind::Process => "requested".to_string(),
-            BackendKind::Auto => {
-                "auto: the docker backend is not available in this build, so local processes"
-                    .to_string()
+            BackendKind::Docker => {
+                let engine = docker::engine(docker::ENGINE_TIMEOUT).await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "backend \"docker\": no Docker engine answers ({e:#}); \
+                         use --backend process"
+                    )
+                })?;
+                let reason = format!("requested; Docker engine {}", engine.version);
+                return Backend::start_docker(engine, reason, scenario, run_dir, say).await;
             }
-            BackendKind::Docker => bail!(
-                "backend \"docker\" is not available in this build yet; use --backend process"
-            ),
+            BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
+                Ok(engine) => {
+                    let reason = format!("auto: a Docker engine answered ({})", engine.version);
+                    return Backend::start_docker(engine, reason, scenario, run_dir, say).await;
+                }
+                Err(e) => format!("auto: no Docker engine answered ({e:#}), so local processes"),
+            },
         };
         let (b, mut d) = process::ProcessBackend::start(scenario, run_dir, say).await?;
         d.backend_reason = reason;
         Ok((Backend::Process(b), d))
+    }
+
+    async fn start_docker(
+        engine: docker::Engine,
+        reason: String,
+        scenario: &Scenario,
+        run_dir: &Path,
+        say: &dyn Fn(&str),
+    ) -> Result<(Backend, Deployment)> {
+        let (b, mut d) = docker::DockerBackend::start(engine, scenario, run_dir, say).await?;
+        d.backend_reason = reason;
+        Ok((Backend::Docker(b), d))
     }
 
     /// Freezes a service (SIGSTOP of the process; `docker pause` of a container).
@@ -77,12 +101,14 @@ impl Backend {
     pub async fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.pause(who),
+            Backend::Docker(b) => b.pause(who).await,
         }
     }
 
     pub async fn resume(&mut self, who: Service) -> Result<()> {
         match self {
             Backend::Process(b) => b.resume(who),
+            Backend::Docker(b) => b.resume(who).await,
         }
     }
 
@@ -90,6 +116,7 @@ impl Backend {
     pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.kill_member(i).await,
+            Backend::Docker(b) => b.kill_member(i).await,
         }
     }
 
@@ -97,6 +124,7 @@ impl Backend {
     pub async fn restart_member(&mut self, i: usize) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.restart_member(i).await,
+            Backend::Docker(b) => b.restart_member(i).await,
         }
     }
 
@@ -104,11 +132,12 @@ impl Backend {
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.
     pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
-        let _ = (members, on);
         match self {
             Backend::Process(_) => {
+                let _ = (members, on);
                 bail!("the process backend isolates members through its peer proxies")
             }
+            Backend::Docker(b) => b.isolate(members, on).await,
         }
     }
 
@@ -117,12 +146,14 @@ impl Backend {
     pub async fn heal(&mut self) -> Vec<String> {
         match self {
             Backend::Process(b) => b.heal().await,
+            Backend::Docker(b) => b.heal().await,
         }
     }
 
     pub async fn stop(&mut self) {
         match self {
             Backend::Process(b) => b.stop().await,
+            Backend::Docker(b) => b.stop().await,
         }
     }
 }

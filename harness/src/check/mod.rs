@@ -4,6 +4,7 @@
 
 pub mod counter;
 pub mod fencing;
+pub mod linearizable;
 pub mod mutex;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
@@ -89,12 +90,12 @@ fn merge_json(into: &mut serde_json::Value, from: &serde_json::Value) {
     }
 }
 
-pub fn run_all(rec: &Recorded) -> Checks {
+pub fn run_all(rec: &Recorded, storage_fencing: crate::scenario::Fencing) -> Checks {
     Checks {
         fencing: fencing::check(rec),
         mutex: mutex::check(rec),
         counter: counter::check(rec),
-        linearizable: None,
+        linearizable: Some(linearizable::check(rec, storage_fencing)),
     }
 }
 

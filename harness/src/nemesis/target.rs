@@ -115,7 +115,7 @@ pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
         }
         Target::EtcdMajorityMinority => {
             let l = leader(n).await?;
-            let total = links.peers.len();
+            let total = n.world.etcd_endpoints.len();
             // The leader plus enough others to make a minority: 1 of 3, 2 of 5.
             let mut minority = vec![l];
             minority.extend((0..total).filter(|&i| i != l).take((total - 1) / 2 - 1));

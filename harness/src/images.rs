@@ -1,0 +1,328 @@
+//! The images of the docker backend, built locally `FROM scratch` (no registry is
+//! ever asked: nothing is pulled, not even a base image).
+//!
+//! - etcd: the etcd binary `etcd::find_or_provision` finds (the official static 3.5.1,
+//!   or Debian's dynamically linked 3.4.23 together with its ELF interpreter and the
+//!   libraries `ldd` lists, copied at their host paths).
+//! - storage: the `fencecheck-storage` service built as a static binary
+//!   (`-C target-feature=+crt-static`, target x86_64-unknown-linux-gnu) in a target
+//!   directory under fencecheck's cache, so a rebuild is incremental.
+//!
+//! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
+//! file of the build context with its path and mode): an unchanged binary reuses the
+//! image, a changed one gets a new tag.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::etcd;
+use crate::scenario::EtcdVersion;
+
+pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
+pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
+
+/// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
+pub const IMAGE_LABEL: &str = "fencecheck.image";
+
+/// The static-target triple: explicit, so that build scripts and proc macros stay
+/// dynamic while the storage binary is linked statically.
+const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// An image ready to run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Image {
+    pub tag: String,
+    pub id: String,
+    /// false: built now; true: an image with this content hash was already there.
+    pub reused: bool,
+}
+
+/// A build context: Dockerfile plus files (context path → (mode, bytes)).
+struct BuildContext {
+    dockerfile: &'static str,
+    files: BTreeMap<String, (u32, Vec<u8>)>,
+}
+
+impl BuildContext {
+    fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(b"Dockerfile\0");
+        h.update(self.dockerfile.as_bytes());
+        for (path, (mode, bytes)) in &self.files {
+            h.update(b"\0file\0");
+            h.update(path.as_bytes());
+            h.update(format!("\0{mode:o}\0{}\0", bytes.len()).as_bytes());
+            h.update(bytes);
+        }
+        let d = h.finalize();
+        d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn tar(&self) -> Result<Vec<u8>> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut add = |path: &str, mode: u32, bytes: &[u8]| -> Result<()> {
+            let mut hdr = tar::Header::new_gnu();
+            hdr.set_size(bytes.len() as u64);
+            hdr.set_mode(mode);
+            hdr.set_mtime(0);
+            hdr.set_cksum();
+            b.append_data(&mut hdr, path, bytes)
+                .with_context(|| format!("tar {path}"))
+        };
+        add("Dockerfile", 0o644, self.dockerfile.as_bytes())?;
+        for (path, (mode, bytes)) in &self.files {
+            add(path, *mode, bytes)?;
+        }
+        b.into_inner().context("tar")
+    }
+}
+
+/// The etcd image for `want`, built when missing.
+pub async fn etcd_image(docker: &Docker, want: EtcdVersion, say: &dyn Fn(&str)) -> Result<Image> {
+    let bin = tokio::task::block_in_place(|| etcd::find_or_provision(want, say))?;
+    let ctx = tokio::task::block_in_place(|| etcd_context(&bin.path))
+        .with_context(|| format!("cannot package etcd {} for an image", bin.version))?;
+    let tag = format!("fencecheck/etcd:{}-{}", bin.version, ctx.hash());
+    ensure(docker, &tag, "etcd", &ctx, say).await
+}
+
+/// The storage image, built when missing (the static binary is built, or brought up
+/// to date, first: cargo does nothing when the source has not changed).
+pub async fn storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+    let bin = tokio::task::block_in_place(|| static_storage_binary(say))?;
+    let bytes = std::fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
+    let mut files = BTreeMap::new();
+    files.insert("fencecheck-storage".to_string(), (0o755, bytes));
+    let ctx = BuildContext {
+        dockerfile: STORAGE_DOCKERFILE,
+        files,
+    };
+    let tag = format!("fencecheck/storage:{}", ctx.hash());
+    ensure(docker, &tag, "storage", &ctx, say).await
+}
+
+async fn ensure(
+    docker: &Docker,
+    tag: &str,
+    what: &str,
+    ctx: &BuildContext,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
+    if let Ok(i) = docker.inspect_image(tag).await {
+        say(&format!("reusing image {tag}"));
+        return Ok(Image {
+            tag: tag.to_string(),
+            id: i.id.unwrap_or_default(),
+            reused: true,
+        });
+    }
+    say(&format!("building image {tag} (FROM scratch, no registry)"));
+    let body = ctx.tar()?;
+    let mut labels = std::collections::HashMap::new();
+    labels.insert(IMAGE_LABEL.to_string(), what.to_string());
+    // The classic builder: FROM scratch + COPY needs nothing else, and never pulls.
+    let opts = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .labels(&labels)
+        .build();
+    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(body.into())));
+    while let Some(item) = stream.next().await {
+        let info = item.with_context(|| format!("docker build of {tag} failed"))?;
+        if let Some(e) = info.error_detail.and_then(|d| d.message) {
+            bail!("docker build of {tag} failed: {e}");
+        }
+        if let Some(s) = info.stream {
+            let s = s.trim();
+            if s.starts_with("Step ") {
+                say(&format!("  {s}"));
+            }
+        }
+    }
+    let i = docker
+        .inspect_image(tag)
+        .await
+        .with_context(|| format!("image {tag} was built but cannot be found"))?;
+    say(&format!("built image {tag}"));
+    Ok(Image {
+        tag: tag.to_string(),
+        id: i.id.unwrap_or_default(),
+        reused: false,
+    })
+}
+
+/// etcd at `usr/local/bin/etcd`, plus, for a dynamic binary, what `ldd` lists.
+fn etcd_context(bin: &Path) -> Result<BuildContext> {
+    let mut files = BTreeMap::new();
+    let bytes = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
+    files.insert("rootfs/usr/local/bin/etcd".to_string(), (0o755, bytes));
+    for lib in shared_libraries(bin)? {
+        let bytes =
+            std::fs::read(&lib).with_context(|| format!("cannot read {}", lib.display()))?;
+        let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
+        files.insert(format!("rootfs/{rel}"), (0o755, bytes));
+    }
+    Ok(BuildContext {
+        dockerfile: ETCD_DOCKERFILE,
+        files,
+    })
+}
+
+/// The ELF interpreter and libraries a dynamic binary needs, as `ldd` lists them
+/// (empty for a static binary). Paths as the binary asks for them; their contents are
+/// read through any symlink.
+fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(bin).output();
+    let out = match out {
+        Ok(o) => o,
+        // No ldd: only a static binary can be packaged.
+        Err(_) => return Ok(Vec::new()),
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if text.contains("not a dynamic executable") || text.contains("statically linked") {
+        return Ok(Vec::new());
+    }
+    if !out.status.success() {
+        bail!("ldd {} failed: {}", bin.display(), text.trim());
+    }
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
+        let path = match line.split_once("=>") {
+            Some((_, r)) => r.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            libs.push(PathBuf::from(p));
+        } else if line.contains("not found") {
+            bail!("{} needs a library that is missing: {line}", bin.display());
+        }
+    }
+    Ok(libs)
+}
+
+/// The fencecheck source tree this binary was built from (the storage image is built
+/// from it).
+fn source_root() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("FENCECHECK_SOURCE") {
+        return Ok(PathBuf::from(d));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    if !root.join("storage").join("Cargo.toml").is_file() {
+        bail!(
+            "the docker backend builds its storage image from the fencecheck source tree, \
+             which is not at {} (set FENCECHECK_SOURCE to a checkout)",
+            root.display()
+        );
+    }
+    Ok(root)
+}
+
+/// Builds (or brings up to date) the static storage binary; returns its path.
+pub fn static_storage_binary(say: &dyn Fn(&str)) -> Result<PathBuf> {
+    let root = source_root()?;
+    let target_dir = etcd::cache_dir().join("static-target");
+    std::fs::create_dir_all(&target_dir)
+        .with_context(|| format!("cannot create {}", target_dir.display()))?;
+    say(&format!(
+        "building the static storage binary (cargo build --release -p fencecheck-storage \
+         --target {STATIC_TARGET}, +crt-static, in {}; minutes the first time)",
+        target_dir.display()
+    ));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut child = Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "fencecheck-storage",
+            "--bin",
+            "fencecheck-storage",
+            "--target",
+            STATIC_TARGET,
+            "--color",
+            "never",
+        ])
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run cargo to build the static storage binary")?;
+    let mut tail: Vec<String> = Vec::new();
+    if let Some(err) = child.stderr.take() {
+        for line in BufReader::new(err).lines() {
+            let line = line.unwrap_or_default();
+            let t = line.trim();
+            if t.starts_with("Compiling") || t.starts_with("Finished") {
+                say(&format!("  {t}"));
+            }
+            tail.push(line);
+            if tail.len() > 30 {
+                tail.remove(0);
+            }
+        }
+    }
+    let status = child.wait().context("cargo build")?;
+    if !status.success() {
+        bail!(
+            "building the static storage binary failed ({status}):\n{}",
+            tail.join("\n")
+        );
+    }
+    let bin = target_dir
+        .join(STATIC_TARGET)
+        .join("release")
+        .join("fencecheck-storage");
+    if !bin.is_file() {
+        bail!("cargo built nothing at {}", bin.display());
+    }
+    Ok(bin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_follows_content() {
+        let mk = |b: &[u8]| {
+            let mut files = BTreeMap::new();
+            files.insert("x".to_string(), (0o755, b.to_vec()));
+            BuildContext {
+                dockerfile: STORAGE_DOCKERFILE,
+                files,
+            }
+        };
+        assert_eq!(mk(b"a").hash(), mk(b"a").hash());
+        assert_ne!(mk(b"a").hash(), mk(b"b").hash());
+        assert_eq!(mk(b"a").hash().len(), 12);
+    }
+
+    #[test]
+    fn ldd_lists_absolute_paths() {
+        // /proc/self/exe is this test binary: dynamic; its libraries exist.
+        let libs = shared_libraries(Path::new("/proc/self/exe")).unwrap_or_default();
+        assert!(libs.iter().all(|l| l.is_absolute()));
+    }
+}

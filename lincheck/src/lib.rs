@@ -1,0 +1,54 @@
+//! Linearizability checker for fencecheck histories.
+//!
+//! Wing & Gong's search with Lowe's just-in-time linearization, memoised
+//! configurations and P-compositionality (one partition per key, checked in
+//! parallel, stopping at the first violation). A configuration is stored as
+//! "every completed op before call-order position `p` is linearized" plus a
+//! bitset of the linearized ops in the concurrency window after `p` (and the
+//! rare undecided never-returned ops before `p`), hashed incrementally; see
+//! `search.rs` and the crate README.
+//!
+//! # Public API
+//!
+//! * [`Op`] (plain data, one history record) and [`OpKind`].
+//! * [`Model`] (`Kv`, `Fenced`; `"kv".parse()`), and the [`SeqModel`] trait
+//!   with [`KvModel`] and [`FencedModel`] for adding models.
+//! * [`parse_jsonl`]`(path) -> Result<Vec<Op>, ParseError>`
+//!   ([`ParseError`] has `line`, `message`, `Display`);
+//!   [`parse_jsonl_with_lines`] and [`parse_jsonl_bytes`] also give each op's line.
+//! * [`check`]`(ops, Model, Option<Duration>) -> Result<CheckResult, InputError>`
+//!   and [`check_with`] for a custom [`SeqModel`]. The `Err` is an op the model
+//!   cannot interpret (bad `arg`/`out` shape, unknown op name).
+//! * [`CheckResult`] (serde `Serialize`): `valid` (`true`/`false`/`"unknown"`),
+//!   per-partition [`PartitionResult`]s and an optional [`Counterexample`].
+//! * [`command`]`(path, model_name, timeout) -> i32`: the CLI body; exit code
+//!   0 linearizable, 1 not, 2 bad input, 3 unknown (timeout).
+//! * [`gen`]: seeded history generator ([`gen::generate`], [`gen::write_jsonl`]).
+//!
+//! # Semantics
+//!
+//! Op `a` precedes op `b` in real time iff `a.return_ns < b.call_ns` (equal
+//! timestamps count as concurrent). Ops with `return_ns: None` may be
+//! linearized anywhere after their call, or never. Ops with `unknown: true`
+//! have their `out` ignored but still take effect if linearized. JSON values
+//! are compared as serde_json compares them (`7` and `7.0` differ).
+
+mod check;
+mod cli;
+pub mod gen;
+mod model;
+mod op;
+mod parse;
+mod search;
+
+pub use check::{
+    check, check_with, CheckResult, Counterexample, InputError, OpView, PartitionResult, Validity,
+};
+pub use cli::{
+    command, render, EXIT_BAD_INPUT, EXIT_LINEARIZABLE, EXIT_NOT_LINEARIZABLE, EXIT_UNKNOWN,
+};
+pub use model::{
+    FencedInput, FencedModel, FencedState, Interner, KvInput, KvModel, Model, SeqModel,
+};
+pub use op::{Op, OpKind};
+pub use parse::{parse_jsonl, parse_jsonl_bytes, parse_jsonl_with_lines, ParseError};
