@@ -4,110 +4,12 @@
 //! The tests run one at a time (a shared lock): on a 2-core machine, concurrent
 //! clusters would compete for CPU and stretch every timing the scenarios rely on.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::PathBuf;
+
+use common::*;
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
-    c.current_dir(repo_root());
-    c
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-fn run_scenario(name: &str, extra: &[&str], out: &Path) -> (Output, Value) {
-    let output = bin()
-        .args([
-            "scenario",
-            &format!("scenarios/{name}.toml"),
-            "--quiet",
-            "--backend",
-            "process",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .output()
-        .expect("run fencecheck");
-    let report = std::fs::read_to_string(out.join("report.json"))
-        .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))
-        .unwrap_or(Value::Null);
-    (output, report)
-}
-
-fn explain(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn n(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
-/// Processes whose command line mentions `needle` (our run dir), with their state.
-fn processes_mentioning(needle: &str) -> Vec<(u32, String, String)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        if !cmd.contains(needle) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // State is the field after the ")" that closes the command name.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .unwrap_or("?")
-            .to_string();
-        if state != "Z" {
-            out.push((pid, state, cmd));
-        }
-    }
-    out
-}
-
-fn assert_nothing_left(run_dir: &Path) {
-    let needle = run_dir.display().to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = processes_mentioning(&needle);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "processes left behind: {left:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn pause_is_fenced_and_check_agrees_offline() {
@@ -290,57 +192,13 @@ fn ctrl_c_mid_pause_leaves_nothing_running_or_stopped() {
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
-    let mut child = bin()
-        .args([
-            "scenario",
-            "scenarios/pause.toml",
-            "--quiet",
-            "--backend",
-            "process",
-            "--duration",
-            "30s",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    // Wait until the first pause has been injected (a worker is SIGSTOPped now).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
-        if nem.contains("\"invoke\"") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no pause injected within 60s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let needle = out.display().to_string();
-    assert!(
-        processes_mentioning(&needle)
-            .iter()
-            .any(|(_, st, _)| st == "T"),
-        "expected a stopped worker mid-pause"
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
+    let extra = ["--backend", "process", "--duration", "30s"];
+    interrupt_mid_fault("pause", &extra, &out, |procs| {
         assert!(
-            Instant::now() < deadline,
-            "harness did not exit after Ctrl-C"
+            procs.iter().any(|(_, st, _)| st == "T"),
+            "expected a stopped worker mid-pause: {procs:#?}"
         );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(2));
-    assert_nothing_left(&out);
+    });
     // What was recorded before the interrupt can still be checked.
     let c = bin().arg("check").arg(&out).output().expect("check");
     assert!(

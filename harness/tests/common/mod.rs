@@ -1,0 +1,172 @@
+//! Shared by the end-to-end test files: run the real binary, read what it wrote,
+//! and look at the machine's process table for anything a run left behind.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One cluster at a time: on a 2-core machine concurrent clusters would compete for
+/// CPU and stretch every timing the scenarios rely on.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
+    c.current_dir(repo_root());
+    c
+}
+
+/// Runs `scenarios/NAME.toml` on the process backend into `out`; returns the
+/// process output and `report.json` (null when none was written).
+pub fn run_scenario(name: &str, extra: &[&str], out: &Path) -> (Output, Value) {
+    let output = bin()
+        .args(["scenario", &format!("scenarios/{name}.toml"), "--quiet"])
+        .args(["--backend", "process", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("run fencecheck");
+    (output, read_report(out))
+}
+
+pub fn read_report(run_dir: &Path) -> Value {
+    std::fs::read_to_string(run_dir.join("report.json"))
+        .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))
+        .unwrap_or(Value::Null)
+}
+
+pub fn explain(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The merged history of a run, one JSON value per event.
+pub fn history(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("history.jsonl"))
+        .expect("history.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event"))
+        .collect()
+}
+
+/// Processes (not zombies) whose command line mentions `needle`, with their state
+/// letter (`T` = stopped).
+pub fn processes_mentioning(needle: &str) -> Vec<(u32, String, String)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if !cmd.contains(needle) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // The state is the field after the ")" that closes the command name.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        if state != "Z" {
+            out.push((pid, state, cmd));
+        }
+    }
+    out
+}
+
+/// Waits (with a deadline) until no process mentions the run dir.
+pub fn assert_nothing_left(run_dir: &Path) {
+    let needle = run_dir.display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_mentioning(&needle);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes left behind: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts `fencecheck scenario` in the background, waits until the nemesis has
+/// injected its first fault, checks `during` on the live processes, sends SIGINT,
+/// and asserts the harness exits 2 leaving nothing behind, stopped or running.
+pub fn interrupt_mid_fault(
+    scenario: &str,
+    extra: &[&str],
+    out: &Path,
+    during: impl Fn(&[(u32, String, String)]),
+) {
+    let mut child = bin()
+        .args([
+            "scenario",
+            &format!("scenarios/{scenario}.toml"),
+            "--quiet",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
+        if nem.contains("\"invoke\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fault injected in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    during(&processes_mentioning(&out.display().to_string()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "harness did not exit after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(2));
+    assert_nothing_left(out);
+}
