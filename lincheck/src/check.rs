@@ -3,12 +3,12 @@
 
 use crate::model::{FencedModel, Interner, KvModel, Model, SeqModel};
 use crate::op::Op;
-use crate::search::{search, Outcome, Prepared};
+use crate::search::{search, Outcome, Prepared, MAX_PARTITION};
 use rustc_hash::FxHashMap;
-use std::hash::{Hash, Hasher};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -222,6 +222,16 @@ pub fn check_with<M: SeqModel>(
     }
     // First-appearance order, so output does not depend on the thread count.
     parts.sort_by_key(|p| p.first);
+    if let Some(p) = parts.iter().find(|p| p.ops.len() > MAX_PARTITION) {
+        return Err(InputError {
+            index: p.first,
+            message: format!(
+                "key {:?} has {} ops; at most {MAX_PARTITION} per key are supported",
+                p.key,
+                p.ops.len()
+            ),
+        });
+    }
 
     // Biggest partitions first so a long one does not start last.
     let mut order: Vec<usize> = (0..parts.len()).collect();
@@ -419,6 +429,8 @@ fn counterexample<M: SeqModel>(
             *prod.entry(v).or_default() += 1;
         }
     }
+    // Ops doomed whichever fitting returned candidate goes next.
+    let mut doomed_by_all: Option<Vec<bool>> = None;
     for (k, p) in part.ops.iter().enumerate() {
         if placed[k] || p.call > first_ret {
             continue;
@@ -427,9 +439,13 @@ fn counterexample<M: SeqModel>(
             picked[k] = true;
             continue;
         };
+        if p.pending {
+            continue;
+        }
         let cur = model.state_value(&ns);
         let bound = model.state_bound(&ns);
         let own_prod = model.value_produced(&p.input);
+        let mut doomed = vec![false; part.ops.len()];
         for (j, o) in part.ops.iter().enumerate() {
             if placed[j] || j == k || o.pending {
                 continue;
@@ -437,14 +453,23 @@ fn counterexample<M: SeqModel>(
             if let Some(v) = model.value_needed(&o.input) {
                 let producers = prod.get(&v).copied().unwrap_or(0) - u32::from(own_prod == Some(v));
                 if producers == 0 && cur != Some(v) {
-                    picked[j] = true;
+                    doomed[j] = true;
                 }
             }
             if let (Some(b), Some(nb)) = (bound, model.bound_needed(&o.input)) {
                 if b > nb {
-                    picked[j] = true;
+                    doomed[j] = true;
                 }
             }
+        }
+        doomed_by_all = Some(match doomed_by_all {
+            None => doomed,
+            Some(prev) => prev.iter().zip(&doomed).map(|(a, b)| *a && *b).collect(),
+        });
+    }
+    if let Some(d) = doomed_by_all {
+        for (x, y) in picked.iter_mut().zip(d) {
+            *x |= y;
         }
     }
     let mut unplaceable: Vec<OpView> = part

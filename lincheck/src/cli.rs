@@ -119,7 +119,8 @@ pub fn render(r: &CheckResult, line_of: &dyn Fn(usize) -> u32) -> String {
             s.push_str(&format!("    {}\n", fmt_op(v, line_of)));
         }
         s.push_str(&format!(
-            "  state then: {}\n  cannot be placed next:\n",
+            "  state then: {}\n  cannot be placed (rejected in this state, or ruled out by \
+             whatever goes next):\n",
             ce.state
         ));
         for v in &ce.unplaceable {

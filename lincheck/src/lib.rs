@@ -3,16 +3,19 @@
 //! Wing & Gong's search with Lowe's just-in-time linearization, memoised
 //! configurations and P-compositionality (one partition per key, checked in
 //! parallel, stopping at the first violation). A configuration is stored as
-//! "every completed op before call-order position `p` is linearized" plus a
-//! bitset of the linearized ops in the concurrency window after `p` (and the
-//! rare undecided never-returned ops before `p`), hashed incrementally; see
-//! `search.rs` and the crate README.
+//! "every returned op before call-order position `p` is linearized" plus a
+//! bitset of the linearized ops in the concurrency window after `p` and the
+//! id of the (usually empty) set of linearized never-returned ops, hashed
+//! incrementally; see `search.rs` and the crate README.
 //!
 //! # Public API
 //!
 //! * [`Op`] (plain data, one history record) and [`OpKind`].
 //! * [`Model`] (`Kv`, `Fenced`; `"kv".parse()`), and the [`SeqModel`] trait
-//!   with [`KvModel`] and [`FencedModel`] for adding models.
+//!   with [`KvModel`] and [`FencedModel`] for adding models (e.g. a fenced
+//!   "exact equality" variant: copy `FencedModel`, change `step`). The
+//!   pruning and symmetry hints of `SeqModel` default to off; a model that
+//!   implements them must keep their documented contracts.
 //! * [`parse_jsonl`]`(path) -> Result<Vec<Op>, ParseError>`
 //!   ([`ParseError`] has `line`, `message`, `Display`);
 //!   [`parse_jsonl_with_lines`] and [`parse_jsonl_bytes`] also give each op's line.
@@ -21,8 +24,11 @@
 //!   cannot interpret (bad `arg`/`out` shape, unknown op name).
 //! * [`CheckResult`] (serde `Serialize`): `valid` (`true`/`false`/`"unknown"`),
 //!   per-partition [`PartitionResult`]s and an optional [`Counterexample`].
-//! * [`command`]`(path, model_name, timeout) -> i32`: the CLI body; exit code
-//!   0 linearizable, 1 not, 2 bad input, 3 unknown (timeout).
+//! * [`command`]`(path, model_name, timeout) -> i32`: the CLI body; prints
+//!   parse time, check time and the verdict (with counterexample) to stdout,
+//!   errors to stderr; exit code 0 linearizable, 1 not, 2 bad input (unknown
+//!   model, unreadable file, malformed line), 3 unknown (timeout).
+//!   [`render`] formats a [`CheckResult`] the same way.
 //! * [`gen`]: seeded history generator ([`gen::generate`], [`gen::write_jsonl`]).
 //!
 //! # Semantics

@@ -53,6 +53,8 @@ pub(crate) struct SearchStats {
 }
 
 const NIL: u32 = u32::MAX;
+/// Ops per partition that u32 node and op indices can address.
+pub(crate) const MAX_PARTITION: usize = (u32::MAX / 2 - 2) as usize;
 /// Memo entries with the same returned-op part compared per lookup.
 const CHAIN_BUDGET: u32 = 8;
 
@@ -162,14 +164,19 @@ struct Memo<S> {
     table: HashTable<u32>,
     entries: Vec<Entry<S>>,
     arena: Vec<u32>,
+    /// Configurations recorded by overwriting a dominated variant.
+    replaced: u64,
 }
 
 impl<S: Eq + Clone> Memo<S> {
-    fn new() -> Self {
+    /// A valid history visits about one configuration per op, so sizing
+    /// for that avoids most rehashing.
+    fn with_capacity(n: usize) -> Self {
         Memo {
-            table: HashTable::new(),
-            entries: Vec::new(),
-            arena: Vec::new(),
+            table: HashTable::with_capacity(n),
+            entries: Vec::with_capacity(n),
+            arena: Vec::with_capacity(n),
+            replaced: 0,
         }
     }
 
@@ -188,15 +195,21 @@ impl<S: Eq + Clone> Memo<S> {
         });
         let idx = self.entries.len() as u32;
         if let Some(&head) = found {
-            // Only the most recent variants are compared: missing a
-            // dominating entry costs repeated work, never a wrong verdict,
-            // while walking long chains cost more than it saved.
+            // A variant that the new one dominates is overwritten rather than
+            // kept, so chains stay short antichains. The walk is still
+            // bounded: missing a dominating entry costs repeated work, never
+            // a wrong verdict.
             let mut k = head;
             let mut budget = CHAIN_BUDGET;
             while k != NIL && budget > 0 {
                 let e = &self.entries[k as usize];
                 if ds.subset(e.d, d) {
                     return false;
+                }
+                if ds.subset(d, e.d) {
+                    self.entries[k as usize].d = d;
+                    self.replaced += 1;
+                    return true;
                 }
                 k = e.next;
                 budget -= 1;
@@ -232,8 +245,9 @@ impl<S: Eq + Clone> Memo<S> {
         true
     }
 
+    /// Configurations recorded (including overwritten variants).
     fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.replaced as usize
     }
 }
 
@@ -492,7 +506,7 @@ pub(crate) fn search<M: SeqModel>(
     cancel: &AtomicBool,
 ) -> (Outcome<M::State>, SearchStats) {
     let n = ops.len();
-    assert!(n < (u32::MAX / 2 - 2) as usize, "partition too large");
+    debug_assert!(n <= MAX_PARTITION);
     // Events of returned ops in time order; at equal timestamps calls come
     // first, so ops that touch at an instant count as concurrent. Calls of
     // never-returned ops go in a second list: many of them stay undecided
@@ -577,7 +591,8 @@ pub(crate) fn search<M: SeqModel>(
     let mut links = Links { next, prev };
 
     let mut plin = vec![false; n];
-    // Time of the first return in the list while scanning pass 1.
+    // Earliest return among remaining returned ops at the current
+    // configuration: never-returned ops called after it are not candidates.
     let mut limit: u64;
 
     let completed = ops.iter().filter(|o| !o.pending).count();
@@ -592,9 +607,11 @@ pub(crate) fn search<M: SeqModel>(
     }
     let mut dsets = DSets::new();
     let mut d_id: u32 = 0;
-    // Never-returned ops are tried only after every returned candidate
-    // (pass 1), so configurations leaving them out are explored first and
-    // then dominate the ones that place them.
+    // Scan order at each configuration: pass 0 never-returned ops whose
+    // value a remaining op needs (they most likely took effect), pass 1
+    // returned ops, pass 2 the other never-returned ops. Trying the latter
+    // last means configurations leaving them out tend to be visited first
+    // and then dominate the ones that place them (see `Memo`).
     let mut pass: u8 = 0;
     // Guard bit so next_zero always terminates.
     done.clear(n as u32);
@@ -681,7 +698,7 @@ pub(crate) fn search<M: SeqModel>(
     };
     let bound_base = bounds.dead(model.state_bound(&state));
 
-    let mut memo: Memo<M::State> = Memo::new();
+    let mut memo: Memo<M::State> = Memo::with_capacity(n + 16);
     let mut stack: Vec<Frame<M::State>> = Vec::new();
     let mut key: Vec<u32> = Vec::new();
 

@@ -28,7 +28,7 @@ fn small_value(rng: &mut Rng) -> Value {
     }
 }
 
-/// Random history of `n` ops. Half the time the outputs come from a real
+/// Random history of `n` ops. Usually (70 %) the outputs come from a real
 /// linearization (then possibly one is corrupted), otherwise they are random,
 /// so both verdicts are well represented.
 fn history(model: Model, seed: u64, n: usize) -> Vec<Op> {
