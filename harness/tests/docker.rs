@@ -9,6 +9,7 @@
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead. The tests run one at a time (a
 //! shared lock), as in the other end-to-end files.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -36,7 +37,11 @@ fn docker_or_skip(test: &str) -> bool {
             if std::env::var("FENCECHECK_REQUIRE_DOCKER").as_deref() == Ok("1") {
                 panic!("{test}: FENCECHECK_REQUIRE_DOCKER=1 but no Docker engine answers: {e:#}");
             }
-            println!("{test}: skipped: no Docker engine answers ({e:#})");
+            // Straight to the file descriptor: shown even when the harness captures.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: skipped: no Docker engine answers ({e:#})"
+            );
             false
         }
     }
@@ -277,6 +282,13 @@ fn ctrl_c_while_a_member_container_is_paused_leaves_nothing() {
     };
     assert_eq!(status.code(), Some(2));
     assert_nothing_left("after Ctrl-C");
+    // The containers' output was saved before they were removed.
+    for i in 0..3 {
+        assert!(
+            out.join(format!("etcd-{i}.log")).is_file(),
+            "etcd-{i}.log not saved"
+        );
+    }
     // The storage log, written through the bind mount, stays readable.
     let log = std::fs::read_to_string(out.join("storage.jsonl")).expect("storage.jsonl");
     assert!(!log.is_empty());
@@ -324,7 +336,10 @@ fn etcd_3_4_runs_in_a_scratch_image_with_its_libraries() {
     // Debian's etcd 3.4 is what the image packages; without it there is nothing to
     // package (the process-backend tests need it too, and ci/bootstrap.sh installs it).
     if fencecheck::etcd::find(fencecheck::scenario::EtcdVersion::V3_4).is_none() {
-        println!("etcd_3_4_on_docker: skipped: no etcd 3.4 binary on this machine");
+        let _ = writeln!(
+            std::io::stderr(),
+            "etcd_3_4_on_docker: skipped: no etcd 3.4 binary on this machine"
+        );
         return;
     }
     let _g = serial();
@@ -349,6 +364,58 @@ fn etcd_3_4_runs_in_a_scratch_image_with_its_libraries() {
         "{d}"
     );
     assert_nothing_left("after the etcd 3.4 run");
+}
+
+#[test]
+fn a_partitioned_leader_is_cut_off_by_the_engine_and_rejoins() {
+    if !docker_or_skip("partition_on_docker") {
+        return;
+    }
+    let _g = serial();
+    clean();
+    let dir = tempfile::tempdir().expect("tmp");
+    // No peer proxies on docker: the backend disconnects the leader from the peer
+    // network for the fault's duration and connects it back.
+    let scenario = dir.path().join("part-leader.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"part-leader\"\nduration = \"16s\"\nseed = 5\n\
+         [cluster]\netcd_members = 3\n[lock]\nttl = \"3s\"\n\
+         [workload]\nworkers = 3\nhold = \"0ms..300ms\"\n\
+         [[fault]]\nkind = \"partition\"\ntarget = \"etcd-leader\"\nat = \"5s\"\nduration = \"4s\"\n\
+         [expect]\nfencing_violations = 0\nlost_updates = 0\n",
+    )
+    .expect("write scenario");
+    let out = dir.path().join("run");
+    let o = bin()
+        .arg("scenario")
+        .arg(&scenario)
+        .args(["--backend", "docker", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("report");
+    let parts: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|w| w["kind"] == "partition")
+        .collect();
+    assert_eq!(parts.len(), 1, "{parts:#?}");
+    assert_eq!(parts[0]["outcome"], "ok", "{parts:#?}");
+    // The cut-off leader lost its followers: the others elected a new leader.
+    let logs: String = (0..3)
+        .map(|i| std::fs::read_to_string(out.join(format!("etcd-{i}.log"))).unwrap_or_default())
+        .collect();
+    assert!(
+        logs.contains("lost leader"),
+        "no leader change in the etcd logs"
+    );
+    assert_nothing_left("after the partition run");
 }
 
 #[test]

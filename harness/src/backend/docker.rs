@@ -23,6 +23,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -225,6 +226,14 @@ impl DockerBackend {
             isolated: HashSet::new(),
             guard: CleanupGuard::new(&run_id),
         };
+        // Where each container's output goes when the run ends, however it ends.
+        backend.guard.logs = backend
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.name.clone(), run_dir.join(format!("etcd-{i}.log"))))
+            .chain([(backend.storage.clone(), run_dir.join("storage.log"))])
+            .collect();
         say(&format!(
             "starting {n} etcd {etcd_version} container(s) and the storage container \
              (run {run_id}, network {prefix})"
@@ -291,17 +300,17 @@ impl DockerBackend {
         etcd_image: &Image,
         storage_image: &Image,
     ) -> Result<(Vec<SocketAddr>, SocketAddr)> {
-        let d = &self.docker;
         for (name, internal) in [(&self.network, false), (&self.peer_network, true)] {
-            d.create_network(NetworkCreateRequest {
+            let req = NetworkCreateRequest {
                 name: name.clone(),
                 driver: Some("bridge".into()),
                 internal: Some(internal),
                 labels: Some(labels(&self.run_id, "network")),
                 ..Default::default()
-            })
-            .await
-            .with_context(|| format!("docker network create {name}"))?;
+            };
+            self.call(|d| async move { d.create_network(req).await })
+                .await
+                .with_context(|| format!("docker network create {name}"))?;
         }
         let initial_cluster = self
             .members
@@ -314,13 +323,14 @@ impl DockerBackend {
             .unwrap_or_default();
         let mut clients = Vec::new();
         for m in &self.members {
-            d.create_volume(VolumeCreateRequest {
+            let req = VolumeCreateRequest {
                 name: Some(m.volume.clone()),
                 labels: Some(labels(&self.run_id, "etcd-data")),
                 ..Default::default()
-            })
-            .await
-            .with_context(|| format!("docker volume create {}", m.volume))?;
+            };
+            self.call(|d| async move { d.create_volume(req).await })
+                .await
+                .with_context(|| format!("docker volume create {}", m.volume))?;
             let port = free_port(HOST)?;
             let client: SocketAddr = format!("{HOST}:{port}").parse()?;
             let mut cmd: Vec<String> = [
@@ -368,19 +378,8 @@ impl DockerBackend {
                 networking_config: Some(endpoint(&self.network, &m.name)),
                 ..Default::default()
             };
-            create(d, &m.name, body).await?;
-            d.connect_network(
-                &self.peer_network,
-                NetworkConnectRequest {
-                    container: m.name.clone(),
-                    endpoint_config: Some(EndpointSettings {
-                        aliases: Some(vec![m.alias.clone()]),
-                        ..Default::default()
-                    }),
-                },
-            )
-            .await
-            .with_context(|| format!("docker network connect {} {}", self.peer_network, m.name))?;
+            self.create(&m.name, body).await?;
+            self.connect(&m.name, &m.alias).await?;
             clients.push(client);
         }
         let port = free_port(HOST)?;
@@ -412,18 +411,14 @@ impl DockerBackend {
             networking_config: Some(endpoint(&self.network, &self.storage)),
             ..Default::default()
         };
-        create(d, &self.storage, body).await?;
+        self.create(&self.storage, body).await?;
 
         for i in 0..self.members.len() {
             let name = self.members[i].name.clone();
-            d.start_container(&name, None)
-                .await
-                .with_context(|| format!("docker start {name}"))?;
+            self.start_container(&name).await?;
             self.members[i].running = true;
         }
-        d.start_container(&self.storage, None)
-            .await
-            .with_context(|| format!("docker start {}", self.storage))?;
+        self.start_container(&self.storage).await?;
         Ok((clients, storage))
     }
 
@@ -472,16 +467,7 @@ impl DockerBackend {
     }
 
     async fn logs(&self, container: &str) -> Vec<u8> {
-        let opts = LogsOptionsBuilder::default()
-            .stdout(true)
-            .stderr(true)
-            .build();
-        let mut out = Vec::new();
-        let mut s = self.docker.logs(container, Some(opts));
-        while let Some(Ok(chunk)) = s.next().await {
-            out.extend_from_slice(&chunk.into_bytes());
-        }
-        out
+        container_logs(&self.docker, container).await
     }
 
     async fn log_tail(&self, container: &str) -> String {
@@ -510,8 +496,8 @@ impl DockerBackend {
         }
         // Recorded before the call, so a heal never misses it.
         self.paused.insert(name.clone());
-        self.docker
-            .pause_container(&name)
+        let n = name.clone();
+        self.call(|d| async move { d.pause_container(&n).await })
             .await
             .with_context(|| format!("docker pause {name}"))?;
         Ok(serde_json::json!({ "action": "docker pause", "container": name }))
@@ -520,8 +506,8 @@ impl DockerBackend {
     pub async fn resume(&mut self, who: Service) -> Result<()> {
         let name = self.container_of(who)?.to_string();
         self.paused.remove(&name);
-        self.docker
-            .unpause_container(&name)
+        let n = name.clone();
+        self.call(|d| async move { d.unpause_container(&n).await })
             .await
             .with_context(|| format!("docker unpause {name}"))
     }
@@ -538,15 +524,11 @@ impl DockerBackend {
             let _ = self.docker.unpause_container(&name).await;
         }
         let pid = self.pid(&name).await;
-        self.docker
-            .kill_container(
-                &name,
-                Some(
-                    KillContainerOptionsBuilder::default()
-                        .signal("SIGKILL")
-                        .build(),
-                ),
-            )
+        let n = name.clone();
+        let opts = KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        self.call(|d| async move { d.kill_container(&n, Some(opts)).await })
             .await
             .with_context(|| format!("docker kill {name}"))?;
         self.members[i].running = false;
@@ -560,10 +542,7 @@ impl DockerBackend {
         let m = self.members.get(i).context("no such member")?;
         let name = m.name.clone();
         if !m.running {
-            self.docker
-                .start_container(&name, None)
-                .await
-                .with_context(|| format!("docker start {name}"))?;
+            self.start_container(&name).await?;
             self.members[i].running = true;
         }
         let pid = self.pid(&name).await;
@@ -597,32 +576,65 @@ impl DockerBackend {
     }
 
     async fn disconnect(&self, name: &str) -> Result<()> {
-        self.docker
-            .disconnect_network(
-                &self.peer_network,
-                NetworkDisconnectRequest {
-                    container: name.to_string(),
-                    force: Some(true),
-                },
-            )
+        let net = self.peer_network.clone();
+        let req = NetworkDisconnectRequest {
+            container: name.to_string(),
+            force: Some(true),
+        };
+        self.call(|d| async move { d.disconnect_network(&net, req).await })
             .await
             .with_context(|| format!("docker network disconnect {} {name}", self.peer_network))
     }
 
+    /// Connects a member to the peer network under its peer alias.
     async fn connect(&self, name: &str, alias: &str) -> Result<()> {
-        self.docker
-            .connect_network(
-                &self.peer_network,
-                NetworkConnectRequest {
-                    container: name.to_string(),
-                    endpoint_config: Some(EndpointSettings {
-                        aliases: Some(vec![alias.to_string()]),
-                        ..Default::default()
-                    }),
-                },
-            )
+        let net = self.peer_network.clone();
+        let req = NetworkConnectRequest {
+            container: name.to_string(),
+            endpoint_config: Some(EndpointSettings {
+                aliases: Some(vec![alias.to_string()]),
+                ..Default::default()
+            }),
+        };
+        self.call(|d| async move { d.connect_network(&net, req).await })
             .await
             .with_context(|| format!("docker network connect {} {name}", self.peer_network))
+    }
+
+    async fn create(&self, name: &str, body: ContainerCreateBody) -> Result<()> {
+        let opts = CreateContainerOptionsBuilder::default().name(name).build();
+        self.call(|d| async move { d.create_container(Some(opts), body).await })
+            .await
+            .with_context(|| format!("docker create {name}"))?;
+        Ok(())
+    }
+
+    async fn start_container(&self, name: &str) -> Result<()> {
+        let n = name.to_string();
+        self.call(|d| async move { d.start_container(&n, None).await })
+            .await
+            .with_context(|| format!("docker start {name}"))
+    }
+
+    /// One engine call that changes something, as a task of its own: if the run is
+    /// dropped mid-call (Ctrl-C), the call still completes on our side as it does on
+    /// the engine's, and the clean-up guard waits for it before removing by label,
+    /// so nothing is created after the clean-up has looked.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(Docker) -> Fut,
+        Fut: std::future::Future<Output = Result<T, bollard::errors::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let token = self.guard.inflight.enter();
+        let fut = f(self.docker.clone());
+        let r = tokio::spawn(async move {
+            let _token = token;
+            fut.await
+        })
+        .await
+        .context("docker engine call")?;
+        Ok(r?)
     }
 
     /// Heal phase: unpauses every paused container, reconnects every isolated member,
@@ -662,19 +674,7 @@ impl DockerBackend {
                 Some(StopContainerOptionsBuilder::default().t(2).build()),
             )
             .await;
-        let mut logs: Vec<(String, String)> = self
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.name.clone(), format!("etcd-{i}.log")))
-            .collect();
-        logs.push((self.storage.clone(), "storage.log".into()));
-        for (name, file) in logs {
-            let bytes = self.logs(&name).await;
-            if !bytes.is_empty() {
-                let _ = std::fs::write(self.run_dir.join(file), bytes);
-            }
-        }
+        save_logs(&self.docker, &self.guard.logs).await;
         if let Err(e) = remove_run(&self.docker, Some(&self.run_id)).await {
             tracing::warn!("docker clean-up of run {}: {e:#}", self.run_id);
         } else {
@@ -739,14 +739,34 @@ fn endpoint(network: &str, name: &str) -> NetworkingConfig {
     }
 }
 
-async fn create(d: &Docker, name: &str, body: ContainerCreateBody) -> Result<()> {
-    d.create_container(
-        Some(CreateContainerOptionsBuilder::default().name(name).build()),
-        body,
-    )
-    .await
-    .with_context(|| format!("docker create {name}"))?;
-    Ok(())
+/// A container's output so far (stdout and stderr, interleaved as written).
+async fn container_logs(d: &Docker, container: &str) -> Vec<u8> {
+    let opts = LogsOptionsBuilder::default()
+        .stdout(true)
+        .stderr(true)
+        .build();
+    let mut out = Vec::new();
+    let mut s = d.logs(container, Some(opts));
+    while let Some(Ok(chunk)) = s.next().await {
+        out.extend_from_slice(&chunk.into_bytes());
+    }
+    out
+}
+
+/// Saves each container's output to its file (a container that never existed or
+/// printed nothing leaves no file).
+async fn save_logs(d: &Docker, logs: &[(String, PathBuf)]) {
+    for (name, file) in logs {
+        let bytes = container_logs(d, name).await;
+        if !bytes.is_empty() {
+            if let Err(e) = std::fs::write(file, bytes) {
+                tracing::warn!(
+                    "cannot save the output of {name} to {}: {e}",
+                    file.display()
+                );
+            }
+        }
+    }
 }
 
 /// What a removal did.
@@ -929,6 +949,42 @@ pub async fn clean(images: bool) -> Result<Vec<String>> {
 struct CleanupGuard {
     run_id: String,
     armed: bool,
+    inflight: InFlight,
+    /// Container → the file its output is saved to before it is removed.
+    logs: Vec<(String, PathBuf)>,
+}
+
+/// Engine calls under way (see `DockerBackend::call`).
+#[derive(Clone, Default)]
+struct InFlight(Arc<(Mutex<usize>, Condvar)>);
+
+struct InFlightToken(InFlight);
+
+impl InFlight {
+    fn enter(&self) -> InFlightToken {
+        if let Ok(mut n) = self.0 .0.lock() {
+            *n += 1;
+        }
+        InFlightToken(self.clone())
+    }
+
+    /// Waits until no call is under way, up to `deadline`.
+    fn wait_idle(&self, deadline: Duration) {
+        let (lock, cv) = &*self.0;
+        if let Ok(n) = lock.lock() {
+            let _ = cv.wait_timeout_while(n, deadline, |n| *n > 0);
+        }
+    }
+}
+
+impl Drop for InFlightToken {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.0 .0;
+        if let Ok(mut n) = lock.lock() {
+            *n = n.saturating_sub(1);
+        }
+        cv.notify_all();
+    }
 }
 
 impl CleanupGuard {
@@ -936,6 +992,8 @@ impl CleanupGuard {
         CleanupGuard {
             run_id: run_id.to_string(),
             armed: true,
+            inflight: InFlight::default(),
+            logs: Vec::new(),
         }
     }
 
@@ -949,7 +1007,11 @@ impl Drop for CleanupGuard {
         if !self.armed {
             return;
         }
+        // A call the engine is still completing would create something after the
+        // removal below has listed what exists.
+        self.inflight.wait_idle(Duration::from_secs(30));
         let run_id = self.run_id.clone();
+        let logs = std::mem::take(&mut self.logs);
         let t = std::thread::spawn(move || {
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -963,6 +1025,7 @@ impl Drop for CleanupGuard {
             };
             let r = rt.block_on(async {
                 let e = engine(Duration::from_secs(10)).await?;
+                save_logs(&e.docker, &logs).await;
                 remove_run(&e.docker, Some(&run_id)).await
             });
             if let Err(e) = r {

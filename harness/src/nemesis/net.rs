@@ -46,7 +46,14 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     }
     let mut start = n.event(p, EventType::Invoke, f);
     start.detail = Some(serde_json::json!({
-        "action": match fault { Fault::Blackhole => "blackhole", _ => "latency" },
+        "action": if !isolated.is_empty() {
+            "disconnect from the member network"
+        } else if matches!(fault, Fault::Blackhole) {
+            "blackhole"
+        } else {
+            "latency"
+        },
+        "isolated_members": isolated,
         "target": target.describe(),
         "latency_ms": p.latency.as_millis() as u64,
         "jitter_ms": p.latency_jitter.as_millis() as u64,
