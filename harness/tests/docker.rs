@@ -9,19 +9,15 @@
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead. The tests run one at a time (a
 //! shared lock), as in the other end-to-end files.
 
+mod common;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::{bin, explain, n, serial};
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Does a Docker engine answer? When not: skip (one line), or fail when
 /// `FENCECHECK_REQUIRE_DOCKER=1`.
@@ -47,19 +43,6 @@ fn docker_or_skip(test: &str) -> bool {
     }
 }
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
-    c.current_dir(repo_root());
-    c
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 fn run_docker(name: &str, extra: &[&str], out: &Path, quiet: bool) -> (Output, Value) {
     let mut c = bin();
     c.args([
@@ -79,19 +62,6 @@ fn run_docker(name: &str, extra: &[&str], out: &Path, quiet: bool) -> (Output, V
         .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))
         .unwrap_or(Value::Null);
     (output, report)
-}
-
-fn explain(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn n(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
 fn docker_json(run_dir: &Path) -> Value {
@@ -124,7 +94,7 @@ fn leftovers() -> Vec<String> {
     out
 }
 
-fn assert_nothing_left(when: &str) {
+fn assert_no_docker_leftovers(when: &str) {
     let left = leftovers();
     assert!(left.is_empty(), "left behind {when}: {left:#?}");
 }
@@ -159,7 +129,7 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
     assert!(log.lines().count() > 10, "{log}");
     assert!(out.join("etcd-0.log").is_file());
     let first = docker_json(&out);
-    assert_nothing_left("after the pause run");
+    assert_no_docker_leftovers("after the pause run");
 
     // kill.toml, 3 members: the leader container killed and started again. This is
     // the second run: both images must be reused, unchanged.
@@ -209,7 +179,7 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
     }
     assert_eq!(r["checks"]["fencing"]["valid"], true);
     assert_eq!(n(&r["checks"]["counter"]["lost"]), 0);
-    assert_nothing_left("after the kill run");
+    assert_no_docker_leftovers("after the kill run");
 }
 
 #[test]
@@ -281,7 +251,7 @@ fn ctrl_c_while_a_member_container_is_paused_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(2));
-    assert_nothing_left("after Ctrl-C");
+    assert_no_docker_leftovers("after Ctrl-C");
     // The containers' output was saved before they were removed.
     for i in 0..3 {
         assert!(
@@ -325,7 +295,7 @@ fn a_failed_etcd_start_is_exit_2_and_leaves_nothing() {
     // Its output was saved before the container was removed.
     let log = std::fs::read_to_string(out.join("etcd-0.log")).expect("etcd-0.log");
     assert!(log.contains("no-such-flag"), "{log}");
-    assert_nothing_left("after a failed start");
+    assert_no_docker_leftovers("after a failed start");
 }
 
 #[test]
@@ -363,7 +333,7 @@ fn etcd_3_4_runs_in_a_scratch_image_with_its_libraries() {
             .is_some_and(|t| t.starts_with("fencecheck/etcd:3.4.")),
         "{d}"
     );
-    assert_nothing_left("after the etcd 3.4 run");
+    assert_no_docker_leftovers("after the etcd 3.4 run");
 }
 
 #[test]
@@ -415,7 +385,7 @@ fn a_partitioned_leader_is_cut_off_by_the_engine_and_rejoins() {
         logs.contains("lost leader"),
         "no leader change in the etcd logs"
     );
-    assert_nothing_left("after the partition run");
+    assert_no_docker_leftovers("after the partition run");
 }
 
 #[test]
@@ -441,5 +411,5 @@ fn clean_removes_what_a_killed_run_left() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains(&format!("network {name}")), "{text}");
     assert!(text.contains(&format!("volume {name}")), "{text}");
-    assert_nothing_left("after fencecheck clean");
+    assert_no_docker_leftovers("after fencecheck clean");
 }
