@@ -63,8 +63,10 @@ pub async fn run_suite(
     let mut outcomes = Vec::new();
     for (i, (file, scenario)) in scenarios.into_iter().enumerate() {
         let name = scenario.name.clone();
+        // One line per scenario even when quiet: a nightly log shows where it is.
+        eprint!("[{}/{}] {name:<22} ", i + 1, files.len());
         if !quiet {
-            eprintln!("[{}/{}] {name}", i + 1, files.len());
+            eprintln!();
         }
         let o = Overrides {
             out: Some(out.join(&name)),
@@ -90,9 +92,7 @@ pub async fn run_suite(
             error,
             elapsed_s,
         };
-        if !quiet {
-            eprintln!("    {}", summary_line(&outcome));
-        }
+        eprintln!("{}", summary_line(&outcome));
         outcomes.push(outcome);
         write_index(out, &outcomes)?;
     }
