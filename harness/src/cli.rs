@@ -287,7 +287,10 @@ pub fn main() -> i32 {
                     print!("{}", crate::suite::summary_table(&outcomes, &out));
                     if outcomes.iter().any(|o| o.report.is_none()) {
                         EXIT_ERROR
-                    } else if outcomes.iter().all(|o| o.report.as_ref().is_some_and(|r| r.passed)) {
+                    } else if outcomes
+                        .iter()
+                        .all(|o| o.report.as_ref().is_some_and(|r| r.passed))
+                    {
                         EXIT_PASS
                     } else {
                         EXIT_FAIL
