@@ -184,7 +184,7 @@ async fn drive(
         workers: s.workload.workers,
         keys: s.workload.keys,
         ttl_s: s.lock.ttl.as_secs(),
-        fencing: format!("{:?}", s.storage.fencing).to_lowercase(),
+        fencing: s.storage.fencing.as_str().to_string(),
         token: serde_json::to_value(s.storage.token)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))

@@ -110,6 +110,35 @@ impl Worker {
         Event::new(self.me.clone(), kind, f)
     }
 
+    /// An `acquire` or `release` event of lock `key` under `lease`.
+    fn lock_event(&self, kind: EventType, f: F, key: &str, lease: i64) -> Event {
+        let mut e = self.event(kind, f);
+        e.key = Some(key.to_string());
+        e.lease = Some(lease);
+        e
+    }
+
+    /// Lock granted but its revision could not be read: the acquisition's outcome is
+    /// unknown to us, so record it as such, let go, and try again.
+    async fn unknown_grant(
+        &mut self,
+        key: &str,
+        lock_key: &[u8],
+        lease: i64,
+        why: String,
+    ) -> Result<HoldOutcome> {
+        self.acquire_failed(EventType::Info, key, lease, why)?;
+        self.release(key, lock_key, lease, None).await?;
+        Ok(HoldOutcome::Retry)
+    }
+
+    /// Records a failed (`fail`) or unknown (`info`) acquisition.
+    fn acquire_failed(&self, kind: EventType, key: &str, lease: i64, error: String) -> Result<()> {
+        let mut e = self.lock_event(kind, F::Acquire, key, lease);
+        e.error = Some(error);
+        record(&self.log, &e)
+    }
+
     async fn main_loop(&mut self) -> Result<()> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (u64::from(self.cfg.id) << 32));
         let mut session: Option<Session> = None;
@@ -185,10 +214,10 @@ impl Worker {
     }
 
     async fn hold(&mut self, key: &str, lease: i64, hold_ms: u64) -> Result<HoldOutcome> {
-        let mut inv = self.event(EventType::Invoke, F::Acquire);
-        inv.key = Some(key.to_string());
-        inv.lease = Some(lease);
-        record(&self.log, &inv)?;
+        record(
+            &self.log,
+            &self.lock_event(EventType::Invoke, F::Acquire, key, lease),
+        )?;
 
         let remaining = Duration::from_nanos(self.cfg.end_ns.saturating_sub(monotonic_ns()));
         let lock = tokio::time::timeout(
@@ -199,19 +228,16 @@ impl Worker {
         .await;
         let lock_key = match lock {
             Err(_) => {
-                let mut e = self.event(EventType::Fail, F::Acquire);
-                e.key = Some(key.to_string());
-                e.lease = Some(lease);
-                e.error = Some("run ended while waiting for the lock".into());
-                record(&self.log, &e)?;
+                self.acquire_failed(
+                    EventType::Fail,
+                    key,
+                    lease,
+                    "run ended while waiting for the lock".to_string(),
+                )?;
                 return Ok(HoldOutcome::RunOver);
             }
             Ok(Err(err)) => {
-                let mut e = self.event(EventType::Fail, F::Acquire);
-                e.key = Some(key.to_string());
-                e.lease = Some(lease);
-                e.error = Some(format!("lock: {err}"));
-                record(&self.log, &e)?;
+                self.acquire_failed(EventType::Fail, key, lease, format!("lock: {err}"))?;
                 return Ok(HoldOutcome::LeaseGone);
             }
             Ok(Ok(resp)) => resp.key().to_vec(),
@@ -223,30 +249,33 @@ impl Worker {
         let revision = match got {
             Ok(Ok(r)) => r.kvs().first().map(|kv| kv.create_revision()),
             Ok(Err(err)) => {
-                let mut e = self.event(EventType::Info, F::Acquire);
-                e.key = Some(key.to_string());
-                e.lease = Some(lease);
-                e.error = Some(format!("reading the lock key: {err}"));
-                record(&self.log, &e)?;
-                self.release(key, &lock_key, lease, None).await?;
-                return Ok(HoldOutcome::Retry);
+                return self
+                    .unknown_grant(
+                        key,
+                        &lock_key,
+                        lease,
+                        format!("reading the lock key: {err}"),
+                    )
+                    .await;
             }
             Err(_) => {
-                let mut e = self.event(EventType::Info, F::Acquire);
-                e.key = Some(key.to_string());
-                e.lease = Some(lease);
-                e.error = Some("reading the lock key timed out".into());
-                record(&self.log, &e)?;
-                self.release(key, &lock_key, lease, None).await?;
-                return Ok(HoldOutcome::Retry);
+                return self
+                    .unknown_grant(
+                        key,
+                        &lock_key,
+                        lease,
+                        "reading the lock key timed out".into(),
+                    )
+                    .await;
             }
         };
         let Some(revision) = revision else {
-            let mut e = self.event(EventType::Fail, F::Acquire);
-            e.key = Some(key.to_string());
-            e.lease = Some(lease);
-            e.error = Some("lock key gone right after Lock: the lease had expired".into());
-            record(&self.log, &e)?;
+            self.acquire_failed(
+                EventType::Fail,
+                key,
+                lease,
+                "lock key gone right after Lock: the lease had expired".to_string(),
+            )?;
             return Ok(HoldOutcome::LeaseGone);
         };
         let token = match self.cfg.token {
@@ -254,9 +283,7 @@ impl Worker {
             TokenMode::LeaseId => Some(lease),
             TokenMode::None => None,
         };
-        let mut ok = self.event(EventType::Ok, F::Acquire);
-        ok.key = Some(key.to_string());
-        ok.lease = Some(lease);
+        let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, lease);
         ok.revision = Some(revision);
         ok.token = token;
         record(&self.log, &ok)?;
@@ -393,15 +420,11 @@ impl Worker {
         lease: i64,
         revision: Option<i64>,
     ) -> Result<()> {
-        let mut inv = self.event(EventType::Invoke, F::Release);
-        inv.key = Some(key.to_string());
-        inv.lease = Some(lease);
+        let mut inv = self.lock_event(EventType::Invoke, F::Release, key, lease);
         inv.revision = revision;
         record(&self.log, &inv)?;
         let res = tokio::time::timeout(RPC_TIMEOUT, self.etcd.unlock(lock_key.to_vec())).await;
-        let mut e = self.event(EventType::Ok, F::Release);
-        e.key = Some(key.to_string());
-        e.lease = Some(lease);
+        let mut e = self.lock_event(EventType::Ok, F::Release, key, lease);
         e.revision = revision;
         match res {
             Ok(Ok(_)) => {}

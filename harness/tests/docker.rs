@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, explain, n, serial};
+use common::{bin, explain, faults_of, leaders_killed, n, serial};
 use serde_json::Value;
 
 /// Does a Docker engine answer? When not: skip (one line), or fail when
@@ -153,18 +153,8 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
         assert_eq!(first["images"][img]["id"], second["images"][img]["id"]);
     }
     assert_eq!(r["run"]["etcd_members"], 3);
-    let kills: Vec<&Value> = r["faults"]
-        .as_array()
-        .expect("faults")
-        .iter()
-        .filter(|w| w["kind"] == "kill")
-        .collect();
-    let leaders_killed = kills
-        .iter()
-        .filter(|w| w["outcome"] == "ok")
-        .filter(|w| w["detail"]["killed"][0]["was_leader"] == true)
-        .count();
-    assert!(leaders_killed >= 2, "{kills:#?}");
+    let kills = faults_of(&r, "kill");
+    assert!(leaders_killed(&kills) >= 2, "{kills:#?}");
     for w in &kills {
         assert_eq!(
             w["detail"]["killed"][0]["done"]["action"], "docker kill",

@@ -6,15 +6,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn faults_of<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
-    r["faults"]
-        .as_array()
-        .expect("faults")
-        .iter()
-        .filter(|w| w["kind"] == kind)
-        .collect()
-}
-
 #[test]
 fn partition_cuts_the_holder_off_and_fencing_rejects_its_late_writes() {
     let _g = serial();
@@ -65,12 +56,7 @@ fn kill_the_leader_of_three_members_repeatedly() {
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     assert_eq!(r["run"]["etcd_members"], 3);
     let kills = faults_of(&r, "kill");
-    let leaders_killed = kills
-        .iter()
-        .filter(|w| w["outcome"] == "ok")
-        .filter(|w| w["detail"]["killed"][0]["was_leader"] == true)
-        .count();
-    assert!(leaders_killed >= 2, "{kills:#?}");
+    assert!(leaders_killed(&kills) >= 2, "{kills:#?}");
     for w in &kills {
         assert!(
             w["detail"]["restarted"][0]["done"]["pid"]

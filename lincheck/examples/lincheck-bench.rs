@@ -140,10 +140,9 @@ fn main() {
         println!("parse: {line}\n");
     }
 
-    let mut shapes = vec![];
     let big = if quick { 100_000 } else { 1_000_000 };
     let one = if quick { 10_000 } else { 100_000 };
-    for (model, ops, keys) in [
+    let plain = [
         ("kv", big, 1000),
         ("kv", big, 10),
         ("kv", 10_000, 1),
@@ -151,31 +150,26 @@ fn main() {
         ("fenced", big, 1000),
         ("fenced", big, 10),
         ("fenced", one, 1),
-    ] {
-        for inject in [false, true] {
-            shapes.push(Shape {
-                model,
-                ops,
-                keys,
-                inject,
-                timeout_rate: 0.0,
-            });
-        }
-    }
-    for (model, ops, keys) in [
+    ];
+    // The same shapes again with 1% of operations never returning.
+    let with_timeouts = [
         ("kv", big, 10),
         ("kv", one, 1),
         ("fenced", big, 10),
         ("fenced", one, 1),
-    ] {
-        for inject in [false, true] {
-            shapes.push(Shape {
-                model,
-                ops,
-                keys,
-                inject,
-                timeout_rate: 0.01,
-            });
+    ];
+    let mut shapes = vec![];
+    for (list, timeout_rate) in [(&plain[..], 0.0), (&with_timeouts[..], 0.01)] {
+        for &(model, ops, keys) in list {
+            for inject in [false, true] {
+                shapes.push(Shape {
+                    model,
+                    ops,
+                    keys,
+                    inject,
+                    timeout_rate,
+                });
+            }
         }
     }
 

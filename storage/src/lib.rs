@@ -42,6 +42,17 @@ pub enum Fencing {
     Off,
 }
 
+impl Fencing {
+    /// The mode as written in scenarios and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fencing::Monotonic => "monotonic",
+            Fencing::Exact => "exact",
+            Fencing::Off => "off",
+        }
+    }
+}
+
 impl std::str::FromStr for Fencing {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

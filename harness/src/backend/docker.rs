@@ -394,7 +394,7 @@ impl DockerBackend {
                 "--log".into(),
                 "/out/storage.jsonl".into(),
                 "--fencing".into(),
-                fencing_arg(scenario).into(),
+                scenario.storage.fencing.as_str().into(),
             ]),
             // The log file belongs to whoever runs fencecheck.
             user: Some(format!("{uid}:{gid}")),
@@ -707,14 +707,6 @@ fn telling_line(text: &str) -> String {
         .or(lines.last())
         .map(|l| l.trim().chars().take(400).collect())
         .unwrap_or_else(|| "(no output)".to_string())
-}
-
-fn fencing_arg(s: &Scenario) -> &'static str {
-    match s.storage.fencing {
-        crate::scenario::Fencing::Monotonic => "monotonic",
-        crate::scenario::Fencing::Exact => "exact",
-        crate::scenario::Fencing::Off => "off",
-    }
 }
 
 fn port_map(container_port: u16, host_port: u16) -> HashMap<String, Option<Vec<PortBinding>>> {

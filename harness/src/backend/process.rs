@@ -134,11 +134,12 @@ impl ProcessBackend {
             .arg("--log")
             .arg(run_dir.join("storage.jsonl"))
             .arg("--fencing")
-            .arg(fencing_arg(scenario));
+            .arg(scenario.storage.fencing.as_str());
         backend.storage = Some(spawn("storage", cmd, &run_dir.join("storage.log"))?);
 
         for (i, &client) in clients.iter().enumerate() {
-            if let Err(e) = wait_member_healthy(client, READY_DEADLINE).await {
+            let what = format!("etcd at {client}");
+            if let Err(e) = wait_healthy(&what, client, READY_DEADLINE).await {
                 backend.stop().await;
                 return Err(e.context(format!(
                     "see {}",
@@ -146,21 +147,7 @@ impl ProcessBackend {
                 )));
             }
         }
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()?;
-        let storage_health = format!("http://{storage_addr}/health");
-        let ready = poll_until("storage", READY_DEADLINE, || {
-            let http = http.clone();
-            let url = storage_health.clone();
-            async move {
-                http.get(&url)
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success())
-            }
-        })
-        .await;
+        let ready = wait_healthy("storage", storage_addr, READY_DEADLINE).await;
         if let Err(e) = ready {
             backend.stop().await;
             return Err(e.context(format!("see {}", run_dir.join("storage.log").display())));
@@ -227,11 +214,11 @@ impl ProcessBackend {
     }
 
     pub async fn heal(&mut self) -> Vec<String> {
-        let mut done = Vec::new();
-        for pid in self.paused.drain() {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
-            done.push(format!("continued pid {pid}"));
-        }
+        let mut done: Vec<String> = self
+            .heal_paused()
+            .into_iter()
+            .map(|pid| format!("continued pid {pid}"))
+            .collect();
         for i in 0..self.members.len() {
             if self.members[i].child.is_none() && self.restart_member(i).await.is_ok() {
                 done.push(format!("restarted member {i}"));
@@ -264,36 +251,34 @@ fn spawn_member(bin: &Path, m: &mut Member) -> Result<()> {
 }
 
 impl ProcessBackend {
-    fn heal_paused(&mut self) {
-        for pid in self.paused.drain() {
+    /// Continues every paused process; returns their pids.
+    fn heal_paused(&mut self) -> Vec<u32> {
+        let pids: Vec<u32> = self.paused.drain().collect();
+        for &pid in &pids {
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
         }
+        pids
     }
 }
 
-/// Polls a member's `/health` until it reports healthy.
-pub async fn wait_member_healthy(client: SocketAddr, deadline: Duration) -> Result<()> {
+/// Polls `http://addr/health` until it answers healthy: etcd with
+/// `{"health":"true"}`, the storage with any 2xx.
+async fn wait_healthy(what: &str, addr: SocketAddr, deadline: Duration) -> Result<()> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()?;
-    let url = format!("http://{client}/health");
-    poll_until(&format!("etcd at {client}"), deadline, || {
+    let url = format!("http://{addr}/health");
+    poll_until(what, deadline, || {
         let http = http.clone();
         let url = url.clone();
         async move {
-            match http.get(&url).send().await {
-                Ok(r) => r.text().await.is_ok_and(|t| t.contains("true")),
-                Err(_) => false,
-            }
+            let Ok(r) = http.get(&url).send().await else {
+                return false;
+            };
+            let ok = r.status().is_success();
+            let body = r.text().await.unwrap_or_default();
+            ok && (!body.contains("health") || body.contains("true"))
         }
     })
     .await
-}
-
-fn fencing_arg(s: &Scenario) -> &'static str {
-    match s.storage.fencing {
-        crate::scenario::Fencing::Monotonic => "monotonic",
-        crate::scenario::Fencing::Exact => "exact",
-        crate::scenario::Fencing::Off => "off",
-    }
 }

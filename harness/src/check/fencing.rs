@@ -54,33 +54,30 @@ pub fn check(rec: &Recorded) -> FencingCheck {
         fresh_rejected_examples: Vec::new(),
     };
     for r in &rec.storage {
-        if r.request.op == OpKind::Read {
-            // A read only raises the newest grant seen on its key.
-            if let Some(rev) = r.request.revision {
-                let key = r.request.key.as_str();
-                let newer = newest
-                    .get(key)
-                    .is_none_or(|n| n.request.revision.is_none_or(|nr| rev > nr));
-                if newer {
-                    newest.insert(key, r);
-                }
-            }
-            continue;
-        }
-        c.writes += 1;
+        let is_write = r.request.op == OpKind::Write;
         let accepted = r.verdict == Verdict::Accepted;
-        if accepted {
-            c.accepted += 1;
-        } else {
-            c.rejected += 1;
+        if is_write {
+            c.writes += 1;
+            if accepted {
+                c.accepted += 1;
+            } else {
+                c.rejected += 1;
+            }
         }
         let Some(rev) = r.request.revision else {
-            c.unjudged += 1;
+            if is_write {
+                c.unjudged += 1;
+            }
             continue;
         };
         let key = r.request.key.as_str();
+        let newest_rev = newest.get(key).and_then(|n| n.request.revision);
         match newest.get(key) {
-            Some(n) if n.request.revision.is_some_and(|nr| rev < nr) => {
+            Some(n) if newest_rev.is_some_and(|nr| rev < nr) => {
+                // A stale read changes nothing; a stale write is judged.
+                if !is_write {
+                    continue;
+                }
                 if accepted {
                     c.stale_accepted += 1;
                     if c.violations.len() < MAX_EXAMPLES {
@@ -98,13 +95,17 @@ pub fn check(rec: &Recorded) -> FencingCheck {
                 }
             }
             _ => {
-                if !accepted {
+                if is_write && !accepted {
                     c.fresh_rejected += 1;
                     if c.fresh_rejected_examples.len() < MAX_EXAMPLES {
                         c.fresh_rejected_examples.push(write_ref(r));
                     }
                 }
-                newest.insert(key, r);
+                // A read from the grant already newest proves nothing new; keep the
+                // earlier proof.
+                if is_write || newest_rev != Some(rev) {
+                    newest.insert(key, r);
+                }
             }
         }
     }

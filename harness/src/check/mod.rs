@@ -155,11 +155,6 @@ pub fn evaluate(expect: &Expect, checks: &Checks, keepalive_lost: u64) -> Vec<Ex
     out
 }
 
-/// Who sent a storage request, as a display name.
-pub fn client_name(client: &str) -> String {
-    format!("worker {client}")
-}
-
 /// Counts keepalive losses in the history.
 pub fn keepalive_lost(events: &[Event]) -> u64 {
     events.iter().filter(|e| e.f == F::KeepaliveLost).count() as u64

@@ -62,6 +62,25 @@ pub fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
+/// The report's fault windows of one kind.
+pub fn faults_of<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
+    r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|w| w["kind"] == kind)
+        .collect()
+}
+
+/// How many `kill` windows hit the member that was leader at the time.
+pub fn leaders_killed(kills: &[&Value]) -> usize {
+    kills
+        .iter()
+        .filter(|w| w["outcome"] == "ok")
+        .filter(|w| w["detail"]["killed"][0]["was_leader"] == true)
+        .count()
+}
+
 /// The merged history of a run, one JSON value per event.
 pub fn history(run_dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(run_dir.join("history.jsonl"))
