@@ -15,12 +15,7 @@ use crate::check::{self, Recorded};
 use crate::history::{self, Event, EventType, F};
 use crate::scenario::Scenario;
 
-pub const RUN_INFO: &str = "run.json";
-pub const SCENARIO: &str = "scenario.toml";
-pub const HISTORY: &str = "history.jsonl";
-pub const STORAGE_LOG: &str = "storage.jsonl";
-/// The heal phase's final reads (process `final`).
-pub const FINAL_EVENTS: &str = "final.jsonl";
+use crate::rundir::{HISTORY, RUN_INFO, SCENARIO, STORAGE_LOG};
 
 /// The per-process event files of a run (`worker-*.jsonl`, `nemesis.jsonl`).
 pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -29,8 +24,7 @@ pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            name.ends_with(".jsonl")
-                && (name.starts_with("worker-") || name == "nemesis.jsonl" || name == FINAL_EVENTS)
+            crate::rundir::is_event_file(name)
         })
         .collect();
     out.sort();
@@ -175,7 +169,7 @@ fn op_mark(worker: u32, inv: &Event, done: Option<&Event>, outcome: &str) -> OpM
         // A read's value is what it returned; a write's is what it wrote.
         value: done.and_then(|d| d.value).or(inv.value),
         token: done.and_then(|d| d.token).or(inv.token),
-        revision: done.and_then(|d| d.revision).or(inv.revision),
+        revision: done.and_then(|d| d.grant).or(inv.grant),
         request_id: inv.request_id,
         error: done.and_then(|d| d.error.clone()),
     }

@@ -86,6 +86,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     for p in r.problems.iter().take(5) {
         let _ = writeln!(s, "  note: {p}");
     }
-    let _ = writeln!(s, "report: {}", run_dir.join("report.html").display());
+    let _ = writeln!(
+        s,
+        "report: {}",
+        run_dir.join(crate::rundir::REPORT_HTML).display()
+    );
     s
 }

@@ -84,6 +84,7 @@ pub async fn run_suite(
                 )
             }
             Err(RunError::Harness(e)) => (None, Some(format!("{e:#}"))),
+            Err(RunError::Scenario(e)) => (None, Some(e.to_string())),
         };
         let outcome = Outcome {
             file,

@@ -14,7 +14,11 @@ pub mod timeline;
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+fn default_service() -> String {
+    "etcd".into()
+}
 
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +99,16 @@ pub struct RunInfo {
     pub duration_s: f64,
     pub backend: String,
     pub backend_reason: String,
+    /// The lock service under test ("etcd", "zookeeper"); absent in schema 1.
+    #[serde(default = "default_service")]
+    pub service: String,
+    /// The service version that ran, e.g. "3.5.1"; absent in schema 1.
+    #[serde(default)]
+    pub service_version: String,
+    /// etcd runs only: the same as `service_version` (kept for schema-1 readers).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub etcd_version: String,
+    /// Members of the lock service (the name is schema 1's).
     pub etcd_members: u8,
     pub workers: u32,
     pub keys: u32,

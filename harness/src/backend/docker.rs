@@ -195,7 +195,7 @@ impl DockerBackend {
         let run_dir = std::fs::canonicalize(run_dir)
             .with_context(|| format!("cannot resolve {}", run_dir.display()))?;
         say(&format!("docker engine {} answered", engine.version));
-        let etcd_image = images::etcd_image(&docker, scenario.cluster.etcd, say).await?;
+        let etcd_image = images::etcd_image(&docker, scenario.etcd_version(), say).await?;
         let storage_image = images::storage_image(&docker, say).await?;
         let etcd_version = etcd_image
             .tag
@@ -205,7 +205,7 @@ impl DockerBackend {
             .unwrap_or_default();
 
         let run_id = new_run_id();
-        let n = scenario.cluster.etcd_members.0 as usize;
+        let n = scenario.cluster.members.0 as usize;
         let prefix = format!("fencecheck-{run_id}");
         let mut backend = DockerBackend {
             docker: docker.clone(),
@@ -282,10 +282,11 @@ impl DockerBackend {
             )));
         }
         let deployment = Deployment {
-            etcd_clients: clients,
+            service: scenario.lock.service,
+            clients,
             storage,
             peer_proxies: Vec::new(),
-            etcd_version,
+            version: etcd_version,
             backend: "docker".into(),
             backend_reason: String::new(),
         };
