@@ -209,8 +209,13 @@ impl Worker {
             Ok(Acquire::Failed {
                 error,
                 session_gone,
+                told,
             }) => {
-                self.acquire_failed(EventType::Fail, key, session, error)?;
+                let mut e = self.lock_event(EventType::Fail, F::Acquire, key, session);
+                e.error = Some(error);
+                // The service said "granted" but the grant was already gone.
+                e.detail = told.map(|id| serde_json::json!({ "told_granted": id }));
+                record(&self.log, &e)?;
                 return Ok(if session_gone {
                     HoldOutcome::SessionGone
                 } else {

@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+
+mod findings;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -213,6 +215,11 @@ fn js_safe(v: &Value) -> Value {
         Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), js_safe(v))).collect()),
         _ => v.clone(),
     }
+}
+
+/// A session id (etcd lease ID, ZooKeeper session id) as etcdctl and zkCli print it.
+pub fn hex_id(id: i64) -> String {
+    format!("0x{:x}", id as u64)
 }
 
 fn push_int(out: &mut String, x: Option<i128>) {
@@ -494,11 +501,7 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     };
     let run = &report.run;
     let mut h = String::with_capacity(64 * 1024 + timeline.ops.len() * 64);
-    let title = format!(
-        "{} — {} — fencecheck",
-        run.scenario,
-        if report.passed { "PASS" } else { "FAIL" }
-    );
+    let title = format!("{} — {} — fencecheck", run.scenario, verdict_word(report));
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -517,6 +520,7 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     if let Some(l) = &report.checks.linearizable {
         linearizable_section(&mut h, &ctx, l);
     }
+    findings::findings_section(&mut h, &ctx);
     timeline_section(&mut h, &ctx);
     stats_section(&mut h, &ctx);
     how_to_read(&mut h);
@@ -536,10 +540,23 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     h
 }
 
+/// PASS, FAIL, or INCOMPLETE for a run that never reached its end.
+fn verdict_word(r: &Report) -> &'static str {
+    if r.incomplete.is_some() {
+        "INCOMPLETE"
+    } else if r.passed {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
 fn verdict_banner(h: &mut String, ctx: &Ctx) {
     let r = ctx.report;
     let unmet = r.expectations.iter().filter(|e| !e.met).count();
-    let sub = if r.passed {
+    let sub = if let Some(why) = &r.incomplete {
+        why.clone()
+    } else if r.passed {
         if r.expectations.is_empty() {
             "PASS: no expectation was set, and nothing the defaults check failed".to_string()
         } else {
@@ -557,7 +574,7 @@ fn verdict_banner(h: &mut String, ctx: &Ctx) {
     } else {
         "FAIL".to_string()
     };
-    let word = if r.passed { "PASS" } else { "FAIL" };
+    let word = verdict_word(r);
     let _ = write!(
         h,
         "<header id=\"verdict\" class=\"verdict {cls}\" data-passed=\"{passed}\">\n\
@@ -618,6 +635,7 @@ fn nav(h: &mut String, r: &Report) {
             );
         }
     }
+    h.push_str("<a href=\"#findings\">findings</a>");
     h.push_str("<a href=\"#timeline\">timeline</a><a href=\"#charts\">throughput &amp; latency</a><a href=\"#howto\">how to read</a></nav>\n");
 }
 
@@ -638,12 +656,18 @@ fn run_facts(h: &mut String, ctx: &Ctx) {
             escape(&run.backend_reason)
         ),
     );
+    let version = if run.service_version.is_empty() {
+        &run.etcd_version
+    } else {
+        &run.service_version
+    };
     fact(
         h,
-        "etcd",
+        "lock service",
         format!(
-            "{} · {} member{}",
-            escape(&run.etcd_version),
+            "<span id=\"service\">{}</span> {} · {} member{}",
+            escape(&run.service),
+            escape(version),
             run.etcd_members,
             if run.etcd_members == 1 { "" } else { "s" }
         ),
@@ -652,7 +676,7 @@ fn run_facts(h: &mut String, ctx: &Ctx) {
         h,
         "workload",
         format!(
-            "{} workers · {} key{} · lease TTL {} s",
+            "{} workers · {} key{} · session TTL {} s",
             run.workers,
             run.keys,
             if run.keys == 1 { "" } else { "s" },
@@ -717,6 +741,7 @@ const LEGEND: &str = "<li><span class=\"sw hold\"></span>lock hold (acquire ok �
 <li><span class=\"sw ka\"></span>keepalive lost</li>\n\
 <li><span class=\"sw f-pause\"></span>pause fault window</li>\n\
 <li><span class=\"sw f-revoke\"></span>lease revocation</li>\n\
+<li><span class=\"sw unsafe\"></span>unsafe window (session ended at the service, holder still at work)</li>\n\
 <li><span class=\"sw f-other\"></span>other fault</li>\n\
 ";
 
@@ -1555,6 +1580,25 @@ fn data_json(ctx: &Ctx, tl: &Timeline) -> String {
         holds.push(6, Some(hd.released as i128));
     }
     let _ = write!(out, "\"holds\":{},", holds.finish());
+    // Unsafe windows (session ended at the service, holder still at work): a red
+    // bar under the hold, from the end to the holder's last operation.
+    let unsafe_windows: Vec<[i64; 3]> = ctx
+        .report
+        .findings
+        .unsafe_window
+        .windows
+        .iter()
+        .filter_map(|w| {
+            let lane = ctx.lanes.of(w.worker)? as i64;
+            let end = clock.rel_us(w.last_op_ns);
+            Some([lane, clock.rel_us(w.session_ended_ns), end])
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "\"unsafe\":{},",
+        serde_json::to_string(&unsafe_windows).unwrap_or_else(|_| "[]".into())
+    );
 
     let notices: Vec<Value> = tl
         .notices

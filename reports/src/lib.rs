@@ -9,8 +9,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub mod findings;
 pub mod html;
 pub mod timeline;
+pub use findings::{Findings, GrantValidity, LateGrant, UnsafeHold, UnsafeWindow};
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
 
@@ -77,10 +79,18 @@ pub struct Report {
     pub run: RunInfo,
     /// Did every expectation hold? Decides the exit code (0 or 1).
     pub passed: bool,
+    /// Set when the run never reached its end (killed or interrupted: no heal
+    /// phase, no final reads); such a run never passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     pub expectations: Vec<Expectation>,
     pub checks: Checks,
     /// Fault windows as the nemesis recorded them.
     pub faults: Vec<FaultWindow>,
+    /// Grant validity and unsafe windows, from the harness's own observation of
+    /// the service (schema 2).
+    #[serde(default)]
+    pub findings: Findings,
     pub stats: Stats,
     /// Non-fatal problems met while reading the recorded files (torn lines, …).
     pub problems: Vec<String>,

@@ -4,6 +4,7 @@
 
 pub mod counter;
 pub mod fencing;
+pub mod findings;
 pub mod linearizable;
 pub mod mutex;
 
@@ -18,6 +19,9 @@ pub struct Recorded {
     pub events: Vec<Event>,
     pub storage: Vec<LogRecord>,
     pub faults: Vec<FaultWindow>,
+    /// What the harness observed of the lock service (`None` for runs written
+    /// before it did).
+    pub observations: Option<Vec<crate::service::observe::Observation>>,
 }
 
 impl Recorded {
@@ -27,6 +31,7 @@ impl Recorded {
             events,
             storage,
             faults,
+            observations: None,
         }
     }
 

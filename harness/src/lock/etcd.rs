@@ -103,6 +103,7 @@ impl LockClient for EtcdClient {
             return Acquire::Failed {
                 error: "no session".into(),
                 session_gone: true,
+                told: None,
             };
         };
         let lock_key = match self
@@ -115,6 +116,7 @@ impl LockClient for EtcdClient {
                 return Acquire::Failed {
                     error: format!("lock: {err}"),
                     session_gone: true,
+                    told: None,
                 }
             }
         };
@@ -132,6 +134,7 @@ impl LockClient for EtcdClient {
                 None => Acquire::Failed {
                     error: "lock key gone right after Lock: the lease had expired".into(),
                     session_gone: true,
+                    told: Some(id),
                 },
             },
             Ok(Err(err)) => Acquire::Unknown {

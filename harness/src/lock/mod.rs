@@ -71,9 +71,13 @@ impl Granted {
 pub enum Acquire {
     Granted(Granted),
     /// Known not held. `session_gone`: the session is lost and must be reopened.
+    /// `told`: the service did answer "granted" (with this identity), but the
+    /// client found the grant already gone (etcd 3.4 answers `Lock` after the lease
+    /// expired) — counted by the grant-validity finding.
     Failed {
         error: String,
         session_gone: bool,
+        told: Option<String>,
     },
     /// Maybe held (e.g. granted but its grant could not be read): the caller lets go
     /// of `id` if there is one and tries again.

@@ -21,6 +21,7 @@ impl LockClient for ZkClient {
         Acquire::Failed {
             error: "not integrated".into(),
             session_gone: true,
+            told: None,
         }
     }
     async fn release(&mut self, _g: &Granted) -> Result<()> {
