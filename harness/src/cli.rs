@@ -192,7 +192,10 @@ pub fn main() -> i32 {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // The ZooKeeper client warns on every reconnect attempt, which
+            // fault injection makes routine: only its errors reach the terminal.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,zookeeper_client=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -126,7 +126,10 @@ fn pause_shows_the_holders_unsafe_window_refused_by_the_fence() {
     }
     assert!(n(&f["grant_validity"]["grants"]) >= 1, "{f}");
     let html = std::fs::read_to_string(out.join("report.html")).expect("html");
-    assert!(html.contains("id=\"unsafe-windows\""), "the table is in report.html");
+    assert!(
+        html.contains("id=\"unsafe-windows\""),
+        "the table is in report.html"
+    );
 }
 
 #[test]
@@ -137,7 +140,14 @@ fn the_briefs_usage_line_finds_the_shipped_scenario_and_a_killed_run_is_incomple
     // `fencecheck scenario pause.toml` from the repository root: no such file
     // there, so the shipped scenarios/pause.toml is run.
     let mut child = bin()
-        .args(["scenario", "pause.toml", "--backend", "process", "--quiet", "--out"])
+        .args([
+            "scenario",
+            "pause.toml",
+            "--backend",
+            "process",
+            "--quiet",
+            "--out",
+        ])
         .arg(&out)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -183,5 +193,8 @@ fn the_briefs_usage_line_finds_the_shipped_scenario_and_a_killed_run_is_incomple
         .expect("run");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
-    assert!(err.contains("shipped scenarios") && err.contains("pause"), "{err}");
+    assert!(
+        err.contains("shipped scenarios") && err.contains("pause"),
+        "{err}"
+    );
 }

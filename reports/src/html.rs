@@ -44,7 +44,9 @@ pub struct SuiteEntry {
     /// Link to the run's `report.html`, relative to the index page.
     pub report_html: String,
     pub seed: u64,
-    pub etcd_version: String,
+    /// The lock service ("etcd", "zookeeper") and the version that ran.
+    pub service: String,
+    pub version: String,
 }
 
 /// Writes `dir/report.html`.
@@ -1738,14 +1740,14 @@ pub fn render_index(entries: &[SuiteEntry]) -> String {
     h.push_str(
         "<section class=\"card\"><table class=\"grid sortable\" id=\"suite\"><thead><tr>\
          <th data-sort=\"text\">verdict</th><th data-sort=\"text\">scenario</th><th data-sort=\"text\">key counts</th>\
-         <th data-sort=\"num\">elapsed</th><th data-sort=\"num\">seed</th><th data-sort=\"text\">etcd</th></tr></thead><tbody>\n",
+         <th data-sort=\"num\">elapsed</th><th data-sort=\"num\">seed</th><th data-sort=\"text\">service</th></tr></thead><tbody>\n",
     );
     for e in entries {
         let _ = writeln!(
             h,
             "<tr class=\"run {cls}\" data-passed=\"{p}\"><td><span class=\"badge v-{vcls}\">{word}</span></td>\
              <td><a href=\"{href}\">{scenario}</a></td><td>{line}</td><td data-v=\"{el}\">{el:.1} s</td>\
-             <td data-v=\"{seed}\">{seed}</td><td>{etcd}</td></tr>",
+             <td data-v=\"{seed}\">{seed}</td><td>{service} {version}</td></tr>",
             cls = if e.passed { "pass" } else { "fail" },
             p = e.passed,
             vcls = if e.passed { "valid" } else { "invalid" },
@@ -1755,7 +1757,8 @@ pub fn render_index(entries: &[SuiteEntry]) -> String {
             line = escape(&e.verdict_line),
             el = e.elapsed_s,
             seed = e.seed,
-            etcd = escape(&e.etcd_version),
+            service = escape(&e.service),
+            version = escape(&e.version),
         );
     }
     h.push_str("</tbody></table></section>\n</main>\n<script>\n");
