@@ -179,7 +179,11 @@ pub fn main() -> i32 {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // testcontainers logs what the docker backend reports itself (a
+            // container that exits before its ready line becomes the run's one-line
+            // error), so its own lines stay out of the default output.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,testcontainers=off".into()),
         )
         .with_writer(std::io::stderr)
         .init();

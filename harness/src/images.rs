@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use bollard::query_parameters::BuildImageOptionsBuilder;
-use bollard::Docker;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
+use testcontainers::bollard::query_parameters::BuildImageOptionsBuilder;
+use testcontainers::bollard::Docker;
 
 use crate::etcd;
 use crate::scenario::EtcdVersion;
@@ -136,7 +136,11 @@ async fn ensure(
         .forcerm(true)
         .labels(&labels)
         .build();
-    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(body.into())));
+    let mut stream = docker.build_image(
+        opts,
+        None,
+        Some(testcontainers::bollard::body_full(body.into())),
+    );
     while let Some(item) = stream.next().await {
         let info = item.with_context(|| format!("docker build of {tag} failed"))?;
         if let Some(e) = info.error_detail.and_then(|d| d.message) {
