@@ -1,7 +1,7 @@
 //! Clean-up by label: what a run leaves behind is found through
 //! `fencecheck.run=<id>`, never through names the harness remembers, so the same
 //! code serves a normal stop, a dropped run (error, panic, Ctrl-C) and
-//! `fencecheck clean` (leftovers of a harness killed outright).
+//! `fencecheck clean` (leftovers of older harnesses, which had no reaper).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use testcontainers::bollard::query_parameters::{
 };
 use testcontainers::bollard::Docker;
 
-use super::{engine, RUN_LABEL};
+use super::{engine, ROLE_LABEL, RUN_LABEL};
 use crate::images;
 
 /// What a removal did.
@@ -29,7 +29,9 @@ pub struct Removed {
 }
 
 /// Removes the containers (forced), volumes and networks labelled
-/// `fencecheck.run=<run_id>`, or of every run when `run_id` is None.
+/// `fencecheck.run=<run_id>`, or of every run when `run_id` is None. A run's reaper
+/// container goes last: while anything else of the run exists, something must be
+/// left to remove it should this harness die half-way.
 pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
     let label = match run_id {
         Some(id) => format!("{RUN_LABEL}={id}"),
@@ -38,7 +40,7 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
     let filters = HashMap::from([("label".to_string(), vec![label])]);
     let mut removed = Removed::default();
     let mut errors = Vec::new();
-    let containers = d
+    let mut containers = d
         .list_containers(Some(
             ListContainersOptionsBuilder::default()
                 .all(true)
@@ -47,13 +49,27 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
         ))
         .await
         .context("docker ps")?;
+    let is_reaper = |c: &testcontainers::bollard::models::ContainerSummary| {
+        c.labels
+            .as_ref()
+            .and_then(|l| l.get(ROLE_LABEL))
+            .is_some_and(|r| r == "reaper")
+    };
+    containers.sort_by_key(is_reaper);
+    let mut reapers = Vec::new();
     for c in containers {
+        let reaper = is_reaper(&c);
         let Some(id) = c.id else { continue };
         let name = c
             .names
             .and_then(|n| n.first().cloned())
             .map(|n| n.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
+        if reaper {
+            // After the volumes and networks (below).
+            reapers.push((id, name));
+            continue;
+        }
         match remove_container(d, &id).await {
             Ok(()) => removed.containers.push(name),
             Err(e) => errors.push(format!("docker rm {name}: {e}")),
@@ -94,6 +110,14 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
             Err(e) => errors.push(format!("docker network rm {name}: {e}")),
         }
     }
+    for (id, name) in reapers {
+        match remove_container(d, &id).await {
+            Ok(()) => removed.containers.push(name),
+            // Auto-removed while we looked: gone either way.
+            Err(e) if is_not_found(&e) => removed.containers.push(name),
+            Err(e) => errors.push(format!("docker rm {name}: {e}")),
+        }
+    }
     if !errors.is_empty() {
         bail!("{}", errors.join("; "));
     }
@@ -117,6 +141,16 @@ async fn remove_container(
         ),
     )
     .await
+}
+
+pub(super) fn is_not_found(e: &testcontainers::bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        testcontainers::bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409,
+            ..
+        }
+    )
 }
 
 /// Removes the images fencecheck built (label `fencecheck.image`).
@@ -314,7 +348,7 @@ impl CleanupGuard {
             if let Err(e) = r {
                 eprintln!(
                     "fencecheck: docker clean-up of run {run_id} failed ({e:#}); \
-                     `fencecheck clean` removes what is left"
+                     its reaper or `fencecheck clean` removes what is left"
                 );
             }
         });

@@ -17,8 +17,10 @@
 //! Faults: pause = `docker pause` (cgroup freezer), kill = `docker kill` (SIGKILL),
 //! restart = `docker start` of the same container, isolate = disconnect from the
 //! peer network. Clean-up (`cleanup.rs`): `stop` removes containers, networks and
-//! volumes; a guard removes them by label on drop (errors, panics, Ctrl-C);
-//! `fencecheck clean` removes what a run killed outright left behind.
+//! volumes; a guard removes them by label on drop (errors, panics, Ctrl-C); the
+//! run's reaper (`reaper.rs`), started before anything else, removes them when the
+//! harness dies outright (SIGKILL); `fencecheck clean` removes what older
+//! harnesses, which had no reaper, left behind.
 
 mod cleanup;
 mod container;
@@ -26,6 +28,7 @@ mod engine;
 mod etcd;
 mod member;
 mod network;
+mod reaper;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -81,6 +84,9 @@ pub struct DockerBackend {
     /// Members cut off from the peer network.
     isolated: HashSet<usize>,
     guard: CleanupGuard,
+    /// Dropped after the guard has run (fields drop after `Drop::drop`), so the
+    /// reaper only ever finds what the harness could not remove.
+    reaper: Option<reaper::Reaper>,
 }
 
 /// What a run created, for `docker.json` in the run directory.
@@ -95,6 +101,7 @@ struct Record<'a> {
     members: Vec<&'a str>,
     volumes: Vec<&'a str>,
     storage: &'a str,
+    reaper: Option<&'a str>,
 }
 
 impl DockerBackend {
@@ -110,6 +117,7 @@ impl DockerBackend {
         say(&format!("docker engine {} answered", engine.version));
         let etcd_image = images::etcd_image(&docker, scenario.cluster.etcd, say).await?;
         let storage_image = images::storage_image(&docker, say).await?;
+        let reaper_image = images::reaper_image(&docker, say).await?;
         let etcd_version = etcd::version_of(&etcd_image.tag);
 
         let run_id = new_run_id();
@@ -130,7 +138,17 @@ impl DockerBackend {
             paused: HashSet::new(),
             isolated: HashSet::new(),
             guard: CleanupGuard::new(&run_id),
+            reaper: None,
         };
+        // The reaper first: from here on, whatever this run creates is removed even
+        // if the harness is killed outright.
+        match reaper::start(&run_id, &reaper_image, &backend.guard.inflight, say).await {
+            Ok(r) => backend.reaper = r,
+            Err(e) => {
+                backend.stop().await;
+                return Err(e);
+            }
+        }
         // Where each container's output goes when the run ends, however it ends.
         backend.guard.logs = backend
             .members
@@ -145,7 +163,12 @@ impl DockerBackend {
             label: format!("{RUN_LABEL}={run_id}"),
             network: &backend.network,
             peer_network: &backend.peer_network,
-            images: [("etcd", &etcd_image), ("storage", &storage_image)].into(),
+            images: [
+                ("etcd", &etcd_image),
+                ("storage", &storage_image),
+                ("reaper", &reaper_image),
+            ]
+            .into(),
             members: backend.members.iter().map(|m| m.name()).collect(),
             volumes: backend
                 .members
@@ -153,6 +176,7 @@ impl DockerBackend {
                 .map(|m| m.spec.volume.as_str())
                 .collect(),
             storage: &backend.storage_name,
+            reaper: backend.reaper.as_ref().map(|r| r.name.as_str()),
         };
         if let Ok(j) = serde_json::to_string_pretty(&record) {
             let _ = std::fs::write(run_dir.join("docker.json"), j + "\n");
@@ -389,12 +413,14 @@ impl DockerBackend {
                 let _ = c.rm().await;
             }
         }
-        // By label, which also takes the networks and the volumes.
+        // By label, which also takes the networks, the volumes and (last) the
+        // reaper container.
         if let Err(e) = remove_run(&self.docker, Some(&self.run_id)).await {
             tracing::warn!("docker clean-up of run {}: {e:#}", self.run_id);
         } else {
             self.guard.disarm();
         }
+        self.reaper = None;
     }
 }
 
@@ -432,8 +458,8 @@ fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
         .context(format!("{what} did not start; see {}", log.display()))
 }
 
-/// `fencecheck images`: builds (or reuses) an etcd image per version and the
-/// storage image; one line per image.
+/// `fencecheck images`: builds (or reuses) an etcd image per version, the storage
+/// image and the reaper image; one line per image.
 pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<Vec<String>> {
     let e = engine(ENGINE_TIMEOUT)
         .await
@@ -454,6 +480,8 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     }
     let i = images::storage_image(&e.docker, &say).await?;
     show("storage", &i);
+    let i = images::reaper_image(&e.docker, &say).await?;
+    show("reaper", &i);
     Ok(lines)
 }
 
