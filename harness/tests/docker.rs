@@ -420,7 +420,8 @@ fn a_harness_killed_with_sigkill_leaves_nothing_within_30_s() {
         return;
     }
     let _g = serial();
-    clean();
+    // No `fencecheck clean` anywhere in this test: only this run's label is looked
+    // at, and the run's reaper alone must remove it.
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
     let mut child = bin()
@@ -478,7 +479,6 @@ fn a_harness_killed_with_sigkill_leaves_nothing_within_30_s() {
         Some(9),
         "{status}"
     );
-    // No `fencecheck clean`: the run's reaper removes everything by itself.
     let killed = Instant::now();
     loop {
         let left = leftovers_of(&run_id);
