@@ -284,6 +284,11 @@ impl DockerBackend {
     }
 
     pub async fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
+        if let Service::Member(i) = who {
+            if !self.member(i)?.running() {
+                anyhow::bail!("member {i} is not running");
+            }
+        }
         // Recorded before the call, so a heal never misses it.
         self.paused.insert(who);
         let inflight = &self.guard.inflight;
