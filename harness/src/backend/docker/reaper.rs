@@ -22,8 +22,10 @@ use crate::proc::free_port;
 const PORT: u16 = 8080;
 /// Printed by the reaper once it listens.
 const READY_LINE: &str = "reaper listening";
-/// If the harness dies before it connects, the reaper reaps after this long anyway.
-const CONNECT_TIMEOUT_SECS: u64 = 60;
+/// If the harness dies before it connects, the reaper reaps after this long anyway
+/// (short enough that even then nothing is left 30 s after the harness died; the
+/// harness connects as soon as the reaper prints its ready line).
+const CONNECT_TIMEOUT_SECS: u64 = 20;
 
 /// A live reaper: dropping it closes the connection, which tells the reaper to reap.
 pub(super) struct Reaper {
