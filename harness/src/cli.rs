@@ -192,10 +192,12 @@ pub fn main() -> i32 {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            // The ZooKeeper client warns on every reconnect attempt, which
-            // fault injection makes routine: only its errors reach the terminal.
+            // testcontainers logs what the docker backend reports itself (a
+            // container that exits before its ready line becomes the run's one-line
+            // error), and the ZooKeeper client warns on every reconnect attempt,
+            // which fault injection makes routine: only their errors, if that.
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,zookeeper_client=error".into()),
+                .unwrap_or_else(|_| "warn,testcontainers=off,zookeeper_client=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
