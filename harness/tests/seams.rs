@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -153,15 +152,7 @@ fn the_briefs_usage_line_finds_the_shipped_scenario_and_a_killed_run_is_incomple
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
-        if nem.contains("\"invoke\"") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no fault injected in time");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_first_fault(&out);
     child.kill().expect("SIGKILL");
     let _ = child.wait();
     assert_nothing_left(&out);

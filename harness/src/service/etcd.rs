@@ -196,16 +196,7 @@ impl LockService for EtcdService {
     }
 
     async fn sessions(&self) -> Result<Vec<SessionOwner>> {
-        Ok(self
-            .owners()
-            .await?
-            .into_iter()
-            .map(|(session, (worker, pid))| SessionOwner {
-                session,
-                worker,
-                pid,
-            })
-            .collect())
+        Ok(SessionOwner::from_map(self.owners().await?))
     }
 
     async fn leader(&self) -> Result<usize> {

@@ -142,6 +142,21 @@ pub struct SessionOwner {
     pub pid: u32,
 }
 
+impl SessionOwner {
+    /// From the session → (worker, pid) map both services read off their owner
+    /// entries.
+    pub fn from_map(owners: std::collections::BTreeMap<i64, (u32, u32)>) -> Vec<SessionOwner> {
+        owners
+            .into_iter()
+            .map(|(session, (worker, pid))| SessionOwner {
+                session,
+                worker,
+                pid,
+            })
+            .collect()
+    }
+}
+
 /// The harness's handle on a running lock service. Every call is bounded in time
 /// and goes to the members directly, never through the workers' fault proxies.
 #[async_trait::async_trait]

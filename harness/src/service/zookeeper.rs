@@ -404,14 +404,7 @@ impl LockService for ZkService {
         let owners = tokio::time::timeout(CALL, self.owners(&c))
             .await
             .context("ZooKeeper did not answer the session look-up")??;
-        Ok(owners
-            .into_iter()
-            .map(|(session, (worker, pid))| SessionOwner {
-                session,
-                worker,
-                pid,
-            })
-            .collect())
+        Ok(SessionOwner::from_map(owners))
     }
 
     async fn leader(&self) -> Result<usize> {
