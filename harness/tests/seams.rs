@@ -189,3 +189,46 @@ fn the_briefs_usage_line_finds_the_shipped_scenario_and_a_killed_run_is_incomple
         "{err}"
     );
 }
+
+/// A run directory written by fencecheck 0.1 (etcd 3.5, `pause.toml` for 10 s, 3
+/// workers; kept in `tests/data/v0.1-pause`): its history says `revision`/`lease`,
+/// its scenario `etcd_members`/`etcd`/`token = "revision"`, its run.json has no
+/// service. `fencecheck check` reads it and reaches 0.1's verdict.
+#[test]
+fn check_still_reads_a_run_directory_written_by_0_1() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = repo_root().join("harness/tests/data/v0.1-pause");
+    for e in std::fs::read_dir(&src).expect("test data") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, dir.path().join(p.file_name().expect("name"))).expect("copy");
+    }
+    let o = bin().arg("check").arg(dir.path()).output().expect("check");
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let r = read_report(dir.path());
+    let f = &r["checks"]["fencing"];
+    // 0.1 said: 85 writes, 0 stale accepted, 1 stale rejected; 4 overlaps; 84 increments.
+    assert_eq!(
+        (
+            n(&f["writes"]),
+            n(&f["stale_accepted"]),
+            n(&f["stale_rejected"])
+        ),
+        (85, 0, 1),
+        "{f}"
+    );
+    assert_eq!(n(&r["checks"]["mutex"]["overlaps"]), 4);
+    assert_eq!(n(&r["checks"]["counter"]["acknowledged"]), 84);
+    assert_eq!(r["run"]["service"], "etcd");
+    assert_eq!(
+        r["findings"]["observed"], false,
+        "0.1 did not observe the service"
+    );
+    assert!(r["incomplete"].is_null(), "{}", r["incomplete"]);
+    // The 0.1 `revision`/`lease` fields are read as the grant and the session.
+    let holds = r["checks"]["mutex"]["examples"]
+        .as_array()
+        .expect("examples");
+    assert!(holds
+        .iter()
+        .all(|o| o["a"]["revision"].as_i64().is_some() && o["a"]["lease"].as_i64().is_some()));
+}
