@@ -62,6 +62,22 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             l.elapsed_ms
         );
     }
+    if let Some(t) = &c.token {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} grants: {} tokens went backwards, {} repeated{}",
+            "token",
+            t.valid.to_string(),
+            t.grants,
+            t.regressions,
+            t.repeats,
+            if t.valid == fencecheck_reports::Validity::Unknown {
+                " (no token sent)"
+            } else {
+                ""
+            }
+        );
+    }
     let f = &r.findings;
     if f.observed {
         let g = &f.grant_validity;

@@ -82,3 +82,34 @@ pub struct UnsafeHold {
     pub writes_refused: u64,
     pub writes_accepted: u64,
 }
+
+/// The `token` check: is the token the client sent a fencing token at all, judged
+/// against the service's own order of grants?
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TokenCheck {
+    /// `true` when the token grows with every grant and no two grants share one;
+    /// `false` otherwise; `"unknown"` when no token was sent.
+    pub valid: crate::Validity,
+    /// Grants judged (acquisitions granted, with their grant and token).
+    pub grants: u64,
+    /// Grants whose token is lower than an earlier grant's (of the same lock).
+    pub regressions: u64,
+    /// Grants whose token an earlier grant (of the same lock) already had.
+    pub repeats: u64,
+    /// Grants the harness did not see the service create (no observation of them):
+    /// their place in the order is the client's word.
+    pub unverified: u64,
+    /// Up to 50: `(earlier, later)` grants where the token did not grow.
+    pub examples: Vec<TokenPair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenPair {
+    pub key: String,
+    pub earlier_worker: u32,
+    pub earlier_grant: i64,
+    pub earlier_token: i64,
+    pub later_worker: u32,
+    pub later_grant: i64,
+    pub later_token: i64,
+}

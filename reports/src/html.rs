@@ -522,6 +522,9 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     if let Some(l) = &report.checks.linearizable {
         linearizable_section(&mut h, &ctx, l);
     }
+    if let Some(t) = &report.checks.token {
+        findings::token_section(&mut h, &ctx, t);
+    }
     findings::findings_section(&mut h, &ctx);
     timeline_section(&mut h, &ctx);
     stats_section(&mut h, &ctx);
@@ -627,6 +630,11 @@ fn nav(h: &mut String, r: &Report) {
             "check-linearizable",
             "linearizable",
             r.checks.linearizable.as_ref().map(|l| l.valid),
+        ),
+        (
+            "check-token",
+            "token",
+            r.checks.token.as_ref().map(|t| t.valid),
         ),
     ] {
         if let Some(v) = v {

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 pub mod findings;
 pub mod html;
 pub mod timeline;
-pub use findings::{Findings, GrantValidity, LateGrant, UnsafeHold, UnsafeWindow};
+pub use findings::{
+    Findings, GrantValidity, LateGrant, TokenCheck, TokenPair, UnsafeHold, UnsafeWindow,
+};
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
 
@@ -23,10 +25,11 @@ fn default_service() -> String {
 }
 
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Validity {
     Valid,
     Invalid,
+    #[default]
     Unknown,
 }
 
@@ -156,6 +159,10 @@ pub struct Checks {
     pub counter: CounterCheck,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linearizable: Option<LinearizableCheck>,
+    /// The token the clients sent, judged against the service's order of grants
+    /// (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenCheck>,
 }
 
 /// One write as the storage logged it, with who sent it.

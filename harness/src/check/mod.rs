@@ -7,6 +7,7 @@ pub mod fencing;
 pub mod findings;
 pub mod linearizable;
 pub mod mutex;
+pub mod token;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
 use fencecheck_storage::LogRecord;
@@ -101,6 +102,7 @@ pub fn run_all(rec: &Recorded, storage_fencing: crate::scenario::Fencing) -> Che
         mutex: mutex::check(rec),
         counter: counter::check(rec),
         linearizable: Some(linearizable::check(rec, storage_fencing)),
+        token: Some(token::check(rec)),
     }
 }
 

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{escape, hex_id, tiles, Ctx};
+use super::{check_header, escape, hex_id, tiles, Ctx};
+use crate::TokenCheck;
 
 pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
     let f = &ctx.report.findings;
@@ -110,6 +111,56 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
                 w.writes_refused,
                 w.writes_accepted,
                 w.reads
+            );
+        }
+        h.push_str("</tbody></table>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+pub(super) fn token_section(h: &mut String, ctx: &Ctx, t: &TokenCheck) {
+    check_header(
+        h,
+        ctx,
+        "token",
+        "token",
+        t.valid,
+        "Is the token the clients sent a fencing token — does it grow with every grant, \
+         in the service's own order, and is it never shared by two grants?",
+    );
+    tiles(
+        h,
+        &[
+            ("grants", t.grants, ""),
+            (
+                "tokens that went backwards",
+                t.regressions,
+                if t.regressions > 0 { "bad" } else { "" },
+            ),
+            (
+                "tokens repeated",
+                t.repeats,
+                if t.repeats > 0 { "bad" } else { "" },
+            ),
+            ("grants not seen at the service", t.unverified, ""),
+        ],
+    );
+    if t.valid == crate::Validity::Unknown {
+        h.push_str("<p class=\"muted\">No token was sent: nothing to judge.</p>\n");
+    }
+    if !t.examples.is_empty() {
+        h.push_str("<table class=\"grid small\" id=\"token-examples\"><thead><tr><th>key</th><th>earlier grant</th><th>its token</th><th>later grant</th><th>its token</th></tr></thead><tbody>\n");
+        for e in &t.examples {
+            let _ = writeln!(
+                h,
+                "<tr class=\"unmet\"><td>{}</td><td>worker {} · {}</td><td>{}</td><td>worker {} · {}</td><td>{}</td></tr>",
+                escape(&e.key),
+                e.earlier_worker,
+                e.earlier_grant,
+                e.earlier_token,
+                e.later_worker,
+                e.later_grant,
+                e.later_token
             );
         }
         h.push_str("</tbody></table>\n");
