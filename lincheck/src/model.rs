@@ -152,6 +152,14 @@ pub trait SeqModel: Sync {
     fn state_value(&self, _state: &Self::State) -> Option<u32> {
         None
     }
+    /// Optional hint for the violation finder (`refute.rs`): true if
+    /// linearizing this op, whenever its `step` succeeds, makes `state_value`
+    /// equal to its `value_produced` (a plain write, a cas known to have
+    /// succeeded, a fenced write known to have been accepted). A wrong `true`
+    /// makes the checker report violations that are not there.
+    fn definitely_produces(&self, _input: &Self::Input) -> bool {
+        false
+    }
     /// Optional pruning hint for a monotone part of the state: this
     /// (completed) op succeeds only where `state_bound <= bound`. Contract:
     /// `state_bound` never decreases along any step.
@@ -306,6 +314,17 @@ impl SeqModel for KvModel {
         Some(s)
     }
 
+    fn definitely_produces(&self, input: &KvInput) -> bool {
+        matches!(
+            input,
+            KvInput::Write { .. }
+                | KvInput::Cas {
+                    out: Some(true),
+                    ..
+                }
+        )
+    }
+
     fn shape_key(&self, input: &KvInput) -> Option<u64> {
         match *input {
             KvInput::Write { .. } => Some(0),
@@ -454,6 +473,16 @@ impl SeqModel for FencedModel {
 
     fn state_value(&self, s: &FencedState) -> Option<u32> {
         Some(s.value)
+    }
+
+    fn definitely_produces(&self, input: &FencedInput) -> bool {
+        matches!(
+            input,
+            FencedInput::Write {
+                out: Some(true),
+                ..
+            }
+        )
     }
 
     fn bound_needed(&self, input: &FencedInput) -> Option<i64> {

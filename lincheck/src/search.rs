@@ -50,6 +50,28 @@ pub(crate) enum Outcome<S> {
         state: S,
     },
     Unknown,
+    /// Only with [`Limits::known_invalid`]: the search stopped before
+    /// exhausting the alternatives; `best` and `state` as for `Illegal`.
+    GaveUp {
+        best: Vec<u32>,
+        state: S,
+    },
+}
+
+/// When the search stops early.
+pub(crate) struct Limits<'a> {
+    pub deadline: Option<Instant>,
+    /// Set when another partition failed.
+    pub cancel: &'a AtomicBool,
+    /// The partition is already proved not linearizable (`refute.rs`) and
+    /// the search only looks for a long linearizable prefix for the
+    /// counterexample. The depth-first search dives to near the violation
+    /// first; what follows is the exhaustive part, which can take
+    /// exponential time and rarely gets much deeper. So it stops once it
+    /// has visited this many configurations since it reached the deepest
+    /// prefix so far (or at the deadline or on cancel), returning `GaveUp`
+    /// with that prefix.
+    pub known_invalid: Option<u64>,
 }
 
 pub(crate) struct SearchStats {
@@ -158,8 +180,7 @@ pub(crate) fn search<M: SeqModel>(
     model: &M,
     ops: &[Prepared<M::Input>],
     values: &Interner,
-    deadline: Option<Instant>,
-    cancel: &AtomicBool,
+    limits: &Limits,
 ) -> (Outcome<M::State>, SearchStats) {
     let n = ops.len();
     debug_assert!(n <= MAX_PARTITION);
@@ -360,6 +381,8 @@ pub(crate) fn search<M: SeqModel>(
 
     let mut best: Vec<u32> = Vec::new();
     let mut best_state = state.clone();
+    // Configurations visited when `best` last grew.
+    let mut visited_at_best = 0u64;
     let mut stable = 0usize;
 
     limit = first_return(&links, head_c, &node_is_call, &node_op, ops);
@@ -377,13 +400,21 @@ pub(crate) fn search<M: SeqModel>(
     'outer: loop {
         iter += 1;
         if iter & 0xFFF == 0 {
-            if cancel.load(Ordering::Relaxed) {
-                return (Outcome::Unknown, stats!());
-            }
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return (Outcome::Unknown, stats!());
-                }
+            let out_of_patience = limits
+                .known_invalid
+                .is_some_and(|p| memo.len() as u64 > p + visited_at_best);
+            let out_of_time = limits.cancel.load(Ordering::Relaxed)
+                || limits.deadline.is_some_and(|d| Instant::now() >= d);
+            if out_of_patience || out_of_time {
+                let outcome = if limits.known_invalid.is_some() {
+                    Outcome::GaveUp {
+                        best,
+                        state: best_state,
+                    }
+                } else {
+                    Outcome::Unknown
+                };
+                return (outcome, stats!());
             }
         }
         if lin_completed == completed {
@@ -531,6 +562,7 @@ pub(crate) fn search<M: SeqModel>(
                         best.extend(stack[stable..].iter().map(|f| f.op));
                         stable = stack.len();
                         best_state = state.clone();
+                        visited_at_best = memo.len() as u64;
                     }
                     limit = first_return(&links, head_c, &node_is_call, &node_op, ops);
                     node = links.next[head_p as usize];

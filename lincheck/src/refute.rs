@@ -1,0 +1,247 @@
+//! Violation finder: a polynomial proof that a partition is NOT
+//! linearizable, for histories in which values have a single producer.
+//!
+//! This is the necessary half of Gibbons & Korach's read-mapping conditions
+//! ("Testing shared memories", 1997), generalised from read/write registers
+//! to any model that provides the value hints of [`SeqModel`] (cas, fenced
+//! writes, never-returned ops). Valid histories never need it: the search
+//! goes straight through them. An invalid one, though, the search must prove
+//! by exhausting every alternative before the violation, which is
+//! exponential in the number of concurrent ops. When the conditions below
+//! fail, the verdict is proved without that search.
+//!
+//! Take a value `v` that exactly one op `W` can produce (or that only the
+//! initial state holds, `W` then being a virtual op at time -inf). The hint
+//! contract says the state's value becomes `v` only by linearizing `W`, and
+//! an op that needs `v` (a read of `v`, a successful `cas(v, _)`) succeeds
+//! only while the value is `v`. So in any linearization:
+//!
+//! 1. every op that needs `v` comes after `W` (and is not `W` itself);
+//! 2. once another value `u` is installed after `W`, `v` never comes back,
+//!    so `W` and the ops needing `v` (the *cluster* of `v`) form a run that
+//!    no op installing another value interrupts.
+//!
+//! A cluster's run, on the time axis, starts at or before the earliest
+//! return in the cluster (`lo`) and ends at or after the latest call (`hi`).
+//! Two clusters whose producers certainly take effect must run one after the
+//! other, which is impossible when `hi_u > lo_v` and `hi_v > lo_u`: that is
+//! the *overlap* below (a stale read: the cluster of the value read spans,
+//! from the write's return to the read's call, a later write).
+//!
+//! Producers that certainly take effect: the producer of a value some
+//! completed op needs (nothing else can install it), and a completed op for
+//! which the model says [`SeqModel::definitely_produces`]. Values with
+//! several producers are left out; so are failed cas and fenced tokens. The
+//! conditions are therefore only necessary: when none fails, the search
+//! decides (for read/write registers with distinct values they are also
+//! sufficient, by Gibbons & Korach, which a property test checks).
+
+use crate::model::SeqModel;
+use crate::search::Prepared;
+
+/// Why the partition cannot be linearizable (op numbers are indices into
+/// the partition's ops).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refutation {
+    /// `reader` needs a value that no op produces and the state does not
+    /// start with.
+    NeverProduced { reader: u32 },
+    /// `reader` returned before the only producer of its value was called
+    /// (or is that producer itself).
+    NeededBeforeProduced { reader: u32, producer: u32 },
+    /// Two clusters that would have to interleave. `ops` are the producers
+    /// and the ops that set the clusters' earliest return and latest call.
+    Overlap { ops: Vec<u32> },
+}
+
+impl Refutation {
+    /// The ops the proof rests on, for counterexamples.
+    pub(crate) fn ops(&self) -> Vec<u32> {
+        match self {
+            Refutation::NeverProduced { reader } => vec![*reader],
+            Refutation::NeededBeforeProduced { reader, producer } => vec![*producer, *reader],
+            Refutation::Overlap { ops } => ops.clone(),
+        }
+    }
+}
+
+/// The virtual producer of the initial value.
+const INITIAL: u32 = u32::MAX;
+
+/// Time of the virtual initial producer (before every op).
+const MINUS_INF: i128 = -1;
+
+/// A value's cluster: its single producer and the ops that need it.
+#[derive(Clone, Copy, Debug)]
+struct Cluster {
+    /// Earliest return in the cluster, and the op that has it.
+    lo: i128,
+    lo_op: u32,
+    /// Latest call in the cluster, and the op that has it.
+    hi: i128,
+    hi_op: u32,
+    producer: u32,
+}
+
+impl Cluster {
+    fn empty() -> Cluster {
+        Cluster {
+            lo: i128::MAX,
+            lo_op: INITIAL,
+            hi: i128::MIN,
+            hi_op: INITIAL,
+            producer: INITIAL,
+        }
+    }
+
+    fn add(&mut self, op: u32, call: i128, ret: i128) {
+        if ret < self.lo {
+            self.lo = ret;
+            self.lo_op = op;
+        }
+        if call > self.hi {
+            self.hi = call;
+            self.hi_op = op;
+        }
+    }
+
+    /// True if the run of this cluster must cover the span `(lo, hi)`.
+    fn is_forward(&self) -> bool {
+        self.lo < self.hi
+    }
+
+    /// Neither cluster can run entirely before the other.
+    fn overlaps(&self, other: &Cluster) -> bool {
+        self.hi > other.lo && other.hi > self.lo
+    }
+}
+
+fn overlap(a: &Cluster, b: &Cluster) -> Refutation {
+    let mut ops: Vec<u32> = [a.producer, a.lo_op, a.hi_op, b.producer, b.lo_op, b.hi_op]
+        .into_iter()
+        .filter(|&o| o != INITIAL)
+        .collect();
+    ops.sort_unstable();
+    ops.dedup();
+    Refutation::Overlap { ops }
+}
+
+/// Looks for a proof that `ops` (one partition, in call order, values
+/// interned below `nvalues`) is not linearizable. `None` means no proof was
+/// found, not that the partition is linearizable.
+pub(crate) fn refute<M: SeqModel>(
+    model: &M,
+    ops: &[Prepared<M::Input>],
+    nvalues: usize,
+) -> Option<Refutation> {
+    let initial = model.state_value(&model.init())?;
+    let in_range = |v: u32| (v as usize) < nvalues;
+    if !in_range(initial) {
+        return None;
+    }
+
+    // Who can produce each value (the initial state counts as a producer).
+    let mut producers = vec![0u32; nvalues];
+    let mut producer = vec![INITIAL; nvalues];
+    producers[initial as usize] = 1;
+    for (i, op) in ops.iter().enumerate() {
+        if let Some(v) = model.value_produced(&op.input) {
+            if !in_range(v) {
+                return None;
+            }
+            producers[v as usize] += 1;
+            producer[v as usize] = i as u32;
+        }
+    }
+
+    // Condition 1, and the readers' part of each cluster.
+    let mut clusters = vec![Cluster::empty(); nvalues];
+    let mut needed = vec![false; nvalues];
+    for (i, op) in ops.iter().enumerate() {
+        if op.pending {
+            continue;
+        }
+        let Some(v) = model.value_needed(&op.input) else {
+            continue;
+        };
+        if !in_range(v) {
+            return None;
+        }
+        let reader = i as u32;
+        match producers[v as usize] {
+            0 => return Some(Refutation::NeverProduced { reader }),
+            1 => {
+                let w = producer[v as usize];
+                if w == reader || (w != INITIAL && op.ret < ops[w as usize].call) {
+                    return Some(Refutation::NeededBeforeProduced {
+                        reader,
+                        producer: w,
+                    });
+                }
+                needed[v as usize] = true;
+                clusters[v as usize].add(reader, i128::from(op.call), i128::from(op.ret));
+            }
+            _ => {}
+        }
+    }
+
+    // The clusters whose producer certainly takes effect.
+    let mut forward = Vec::new();
+    let mut backward = Vec::new();
+    for v in 0..nvalues {
+        if producers[v] != 1 {
+            continue;
+        }
+        let w = producer[v];
+        let mut c = clusters[v];
+        c.producer = w;
+        if w == INITIAL {
+            if !needed[v] {
+                continue;
+            }
+            c.add(INITIAL, MINUS_INF, MINUS_INF);
+        } else {
+            let op = &ops[w as usize];
+            let certain = needed[v] || (!op.pending && model.definitely_produces(&op.input));
+            if !certain {
+                continue;
+            }
+            // A never-returned op's `ret` is u64::MAX: it may take effect
+            // at any time after its call.
+            c.add(w, i128::from(op.call), i128::from(op.ret));
+        }
+        if c.is_forward() {
+            forward.push(c);
+        } else {
+            backward.push(c);
+        }
+    }
+
+    // Condition 2. Forward clusters must be pairwise disjoint: sorted by
+    // `lo`, each must start at or after the furthest `hi` so far.
+    forward.sort_unstable_by_key(|c| c.lo);
+    let mut reach: Option<&Cluster> = None;
+    for c in &forward {
+        if let Some(r) = reach {
+            if r.overlaps(c) {
+                return Some(overlap(r, c));
+            }
+        }
+        if reach.is_none_or(|r| c.hi > r.hi) {
+            reach = Some(c);
+        }
+    }
+    // Now they are disjoint, so sorted by `hi` too. Two backward clusters
+    // never overlap (that would need hi_u > lo_v >= hi_v > lo_u >= hi_u);
+    // a backward one can only overlap the last forward one that starts
+    // before its `hi`, the one with the largest `hi` among those.
+    for b in &backward {
+        let k = forward.partition_point(|f| f.lo < b.hi);
+        if let Some(f) = k.checked_sub(1).map(|k| &forward[k]) {
+            if f.overlaps(b) {
+                return Some(overlap(f, b));
+            }
+        }
+    }
+    None
+}
