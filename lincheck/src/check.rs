@@ -84,6 +84,19 @@ pub struct Counterexample {
     /// impossible (e.g. a read of a value the candidate overwrites for good).
     /// If there are none (the dead end is further on), all candidates.
     pub unplaceable: Vec<OpView>,
+    /// Set when the violation was proved without the search (see the
+    /// README's algorithm section): the reason, and the ops it rests on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof: Option<Proof>,
+}
+
+/// A violation proved from the values alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Proof {
+    pub reason: String,
+    /// The ops the reason is about, in call order: e.g. the write of the
+    /// value read, the stale read, and the write that completed in between.
+    pub ops: Vec<OpView>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -408,14 +421,19 @@ fn explain_violation<M: SeqModel>(
         }
     };
     let mut ce = counterexample(model, ops, part, &best, &state);
-    if disagree {
-        if let Some(r) = &refuted[k] {
-            ce.unplaceable = r
-                .ops()
-                .iter()
-                .map(|&i| view(ops, part.ops[i as usize].orig, None))
-                .collect();
+    if let Some(r) = &refuted[k] {
+        let proof_ops: Vec<OpView> = r
+            .ops()
+            .iter()
+            .map(|&i| view(ops, part.ops[i as usize].orig, None))
+            .collect();
+        if disagree {
+            ce.unplaceable = proof_ops.clone();
         }
+        ce.proof = Some(Proof {
+            reason: r.explain(&|v| part.values.value(v).to_string()),
+            ops: proof_ops,
+        });
     }
     results[k] = Some((Validity::NotLinearizable, stats.visited, Some(ce)));
     results

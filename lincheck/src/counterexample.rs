@@ -134,5 +134,6 @@ pub(crate) fn counterexample<M: SeqModel>(
         linearized,
         state: model.describe_state(end_state, &part.values),
         unplaceable,
+        proof: None,
     }
 }

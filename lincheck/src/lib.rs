@@ -51,7 +51,7 @@ mod search;
 
 pub use check::{
     check, check_with, violation_proved, CheckResult, Counterexample, InputError, OpView,
-    PartitionResult, Validity,
+    PartitionResult, Proof, Validity,
 };
 pub use cli::{
     command, render, EXIT_BAD_INPUT, EXIT_LINEARIZABLE, EXIT_NOT_LINEARIZABLE, EXIT_UNKNOWN,

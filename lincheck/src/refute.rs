@@ -40,27 +40,63 @@ use crate::model::SeqModel;
 use crate::search::Prepared;
 
 /// Why the partition cannot be linearizable (op numbers are indices into
-/// the partition's ops).
+/// the partition's ops, values are interned ids).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Refutation {
-    /// `reader` needs a value that no op produces and the state does not
+    /// `reader` needs `value`, which no op produces and the state does not
     /// start with.
-    NeverProduced { reader: u32 },
-    /// `reader` returned before the only producer of its value was called
-    /// (or is that producer itself).
-    NeededBeforeProduced { reader: u32, producer: u32 },
-    /// Two clusters that would have to interleave. `ops` are the producers
-    /// and the ops that set the clusters' earliest return and latest call.
-    Overlap { ops: Vec<u32> },
+    NeverProduced { reader: u32, value: u32 },
+    /// `reader` returned before the only producer of `value` was called (or
+    /// is that producer itself).
+    NeededBeforeProduced {
+        reader: u32,
+        producer: u32,
+        value: u32,
+    },
+    /// The clusters of two values would have to interleave. `ops` are the
+    /// producers and the ops that set the clusters' earliest return and
+    /// latest call, in call order.
+    Overlap { values: [u32; 2], ops: Vec<u32> },
 }
 
 impl Refutation {
-    /// The ops the proof rests on, for counterexamples.
+    /// The ops the proof rests on, in call order.
     pub(crate) fn ops(&self) -> Vec<u32> {
         match self {
-            Refutation::NeverProduced { reader } => vec![*reader],
-            Refutation::NeededBeforeProduced { reader, producer } => vec![*producer, *reader],
-            Refutation::Overlap { ops } => ops.clone(),
+            Refutation::NeverProduced { reader, .. } => vec![*reader],
+            Refutation::NeededBeforeProduced {
+                reader, producer, ..
+            } => {
+                let mut v = vec![*reader];
+                if *producer != INITIAL && producer != reader {
+                    v.push(*producer);
+                }
+                v.sort_unstable();
+                v
+            }
+            Refutation::Overlap { ops, .. } => ops.clone(),
+        }
+    }
+
+    /// The proof in words; `value` renders an interned value.
+    pub(crate) fn explain(&self, value: &dyn Fn(u32) -> String) -> String {
+        match self {
+            Refutation::NeverProduced { value: v, .. } => format!(
+                "an op needs the value {}, which no op writes and the key does not start with",
+                value(*v)
+            ),
+            Refutation::NeededBeforeProduced { value: v, .. } => format!(
+                "an op needs the value {}, whose only writer had not been called when it returned (or is the op itself)",
+                value(*v)
+            ),
+            Refutation::Overlap { values: [a, b], .. } => format!(
+                "the values {} and {} each have a single writer; each value's writer and the ops \
+                 needing it must run without another write in between, and real time makes \
+                 these two runs overlap (e.g. a read returned a value that a write which \
+                 completed before the read started had overwritten)",
+                value(*a),
+                value(*b)
+            ),
         }
     }
 }
@@ -81,6 +117,7 @@ struct Cluster {
     hi: i128,
     hi_op: u32,
     producer: u32,
+    value: u32,
 }
 
 impl Cluster {
@@ -91,6 +128,7 @@ impl Cluster {
             hi: i128::MIN,
             hi_op: INITIAL,
             producer: INITIAL,
+            value: 0,
         }
     }
 
@@ -123,7 +161,10 @@ fn overlap(a: &Cluster, b: &Cluster) -> Refutation {
         .collect();
     ops.sort_unstable();
     ops.dedup();
-    Refutation::Overlap { ops }
+    Refutation::Overlap {
+        values: [a.value, b.value],
+        ops,
+    }
 }
 
 /// Looks for a proof that `ops` (one partition, in call order, values
@@ -169,13 +210,14 @@ pub(crate) fn refute<M: SeqModel>(
         }
         let reader = i as u32;
         match producers[v as usize] {
-            0 => return Some(Refutation::NeverProduced { reader }),
+            0 => return Some(Refutation::NeverProduced { reader, value: v }),
             1 => {
                 let w = producer[v as usize];
                 if w == reader || (w != INITIAL && op.ret < ops[w as usize].call) {
                     return Some(Refutation::NeededBeforeProduced {
                         reader,
                         producer: w,
+                        value: v,
                     });
                 }
                 needed[v as usize] = true;
@@ -195,6 +237,7 @@ pub(crate) fn refute<M: SeqModel>(
         let w = producer[v];
         let mut c = clusters[v];
         c.producer = w;
+        c.value = v as u32;
         if w == INITIAL {
             if !needed[v] {
                 continue;
