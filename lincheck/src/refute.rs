@@ -90,10 +90,10 @@ impl Refutation {
                 value(*v)
             ),
             Refutation::Overlap { values: [a, b], .. } => format!(
-                "the values {} and {} each have a single writer; each value's writer and the ops \
-                 needing it must run without another write in between, and real time makes \
-                 these two runs overlap (e.g. a read returned a value that a write which \
-                 completed before the read started had overwritten)",
+                "the values {} and {} each have a single writer, and a value's writer and the ops \
+                 that need it must run without another write in between; real time makes these \
+                 two runs overlap (e.g. a read returned a value that a write completed before \
+                 the read started had overwritten)",
                 value(*a),
                 value(*b)
             ),
