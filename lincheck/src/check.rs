@@ -247,11 +247,15 @@ pub fn check_with<M: SeqModel>(
         });
     }
 
+    // The budget covers the whole check; one already spent on preparing
+    // the partitions decides nothing (the search polls it only every few
+    // thousand steps, the finder not at all).
+    let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
     // The violation finder first, on every partition (linear time): a
     // violation it proves needs no exhaustive search.
     let refuted: Vec<Mutex<Option<Refutation>>> =
         (0..parts.len()).map(|_| Mutex::new(None)).collect();
-    par_for(parts.len(), |k| {
+    par_for(if out_of_time { 0 } else { parts.len() }, |k| {
         let r = refute(model, &parts[k].ops, parts[k].values.len());
         if let Ok(mut g) = refuted[k].lock() {
             *g = r;
@@ -261,10 +265,6 @@ pub fn check_with<M: SeqModel>(
         .into_iter()
         .map(|m| m.into_inner().ok().flatten())
         .collect();
-    // The budget covers the whole check; one already spent on preparing
-    // the partitions decides nothing (the search polls it only every few
-    // thousand steps, the finder not at all).
-    let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
     let results = match refuted.iter().position(Option::is_some) {
         _ if out_of_time => vec![None; parts.len()],
         Some(k) => explain_violation(model, ops, &parts, k, &refuted, deadline),

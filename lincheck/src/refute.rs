@@ -104,17 +104,24 @@ impl Refutation {
 /// The virtual producer of the initial value.
 const INITIAL: u32 = u32::MAX;
 
-/// Time of the virtual initial producer (before every op).
-const MINUS_INF: i128 = -1;
+/// Time of the virtual initial producer: before every op, whose times are
+/// shifted up by one (see `shifted`).
+const MINUS_INF: u64 = 0;
+
+/// An op's time on the finder's axis, one above the history's so that
+/// `MINUS_INF` comes first; a never-returned op's `u64::MAX` stays +inf.
+fn shifted(t: u64) -> u64 {
+    t.saturating_add(1)
+}
 
 /// A value's cluster: its single producer and the ops that need it.
 #[derive(Clone, Copy, Debug)]
 struct Cluster {
     /// Earliest return in the cluster, and the op that has it.
-    lo: i128,
+    lo: u64,
     lo_op: u32,
     /// Latest call in the cluster, and the op that has it.
-    hi: i128,
+    hi: u64,
     hi_op: u32,
     producer: u32,
     value: u32,
@@ -123,21 +130,21 @@ struct Cluster {
 impl Cluster {
     fn empty() -> Cluster {
         Cluster {
-            lo: i128::MAX,
+            lo: u64::MAX,
             lo_op: INITIAL,
-            hi: i128::MIN,
+            hi: 0,
             hi_op: INITIAL,
             producer: INITIAL,
             value: 0,
         }
     }
 
-    fn add(&mut self, op: u32, call: i128, ret: i128) {
-        if ret < self.lo {
+    fn add(&mut self, op: u32, call: u64, ret: u64) {
+        if ret <= self.lo {
             self.lo = ret;
             self.lo_op = op;
         }
-        if call > self.hi {
+        if call >= self.hi {
             self.hi = call;
             self.hi_op = op;
         }
@@ -151,6 +158,30 @@ impl Cluster {
     /// Neither cluster can run entirely before the other.
     fn overlaps(&self, other: &Cluster) -> bool {
         self.hi > other.lo && other.hi > self.lo
+    }
+}
+
+/// What one pass over the ops learns about a value.
+#[derive(Clone, Copy, Debug)]
+struct ValueInfo {
+    /// Ops that can produce it (1 for the initial value, plus its writers).
+    producers: u32,
+    /// The last of them (`INITIAL` for the initial state).
+    producer: u32,
+    /// Span of the completed ops that need it (`lo_op == INITIAL`: none).
+    readers: Cluster,
+    /// Some op both needs and produces it (e.g. `cas(v, v)`).
+    needed_by_producer: bool,
+}
+
+impl ValueInfo {
+    fn new() -> ValueInfo {
+        ValueInfo {
+            producers: 0,
+            producer: INITIAL,
+            readers: Cluster::empty(),
+            needed_by_producer: false,
+        }
     }
 }
 
@@ -176,82 +207,75 @@ pub(crate) fn refute<M: SeqModel>(
     nvalues: usize,
 ) -> Option<Refutation> {
     let initial = model.state_value(&model.init())?;
-    let in_range = |v: u32| (v as usize) < nvalues;
-    if !in_range(initial) {
+    if initial as usize >= nvalues {
         return None;
     }
 
-    // Who can produce each value (the initial state counts as a producer).
-    let mut producers = vec![0u32; nvalues];
-    let mut producer = vec![INITIAL; nvalues];
-    producers[initial as usize] = 1;
+    // One pass over the ops: who can produce each value (the initial state
+    // counts as a producer), and the span of the completed ops needing it.
+    let mut values = vec![ValueInfo::new(); nvalues];
+    values[initial as usize].producers = 1;
     for (i, op) in ops.iter().enumerate() {
-        if let Some(v) = model.value_produced(&op.input) {
-            if !in_range(v) {
-                return None;
-            }
-            producers[v as usize] += 1;
-            producer[v as usize] = i as u32;
+        let produced = model.value_produced(&op.input);
+        if let Some(v) = produced {
+            let info = values.get_mut(v as usize)?;
+            info.producers += 1;
+            info.producer = i as u32;
         }
-    }
-
-    // Condition 1, and the readers' part of each cluster.
-    let mut clusters = vec![Cluster::empty(); nvalues];
-    let mut needed = vec![false; nvalues];
-    for (i, op) in ops.iter().enumerate() {
         if op.pending {
             continue;
         }
-        let Some(v) = model.value_needed(&op.input) else {
-            continue;
-        };
-        if !in_range(v) {
-            return None;
-        }
-        let reader = i as u32;
-        match producers[v as usize] {
-            0 => return Some(Refutation::NeverProduced { reader, value: v }),
-            1 => {
-                let w = producer[v as usize];
-                if w == reader || (w != INITIAL && op.ret < ops[w as usize].call) {
-                    return Some(Refutation::NeededBeforeProduced {
-                        reader,
-                        producer: w,
-                        value: v,
-                    });
-                }
-                needed[v as usize] = true;
-                clusters[v as usize].add(reader, i128::from(op.call), i128::from(op.ret));
-            }
-            _ => {}
+        if let Some(v) = model.value_needed(&op.input) {
+            let info = values.get_mut(v as usize)?;
+            info.readers
+                .add(i as u32, shifted(op.call), shifted(op.ret));
+            info.needed_by_producer |= produced == Some(v);
         }
     }
 
-    // The clusters whose producer certainly takes effect.
+    // Condition 1, and the clusters whose producer certainly takes effect.
     let mut forward = Vec::new();
     let mut backward = Vec::new();
-    for v in 0..nvalues {
-        if producers[v] != 1 {
+    for (v, info) in values.iter().enumerate() {
+        let value = v as u32;
+        let needed = info.readers.lo_op != INITIAL;
+        if needed && info.producers == 0 {
+            return Some(Refutation::NeverProduced {
+                reader: info.readers.lo_op,
+                value,
+            });
+        }
+        if info.producers != 1 {
             continue;
         }
-        let w = producer[v];
-        let mut c = clusters[v];
+        let w = info.producer;
+        let mut c = info.readers;
         c.producer = w;
-        c.value = v as u32;
+        c.value = value;
         if w == INITIAL {
-            if !needed[v] {
+            if !needed {
                 continue;
             }
             c.add(INITIAL, MINUS_INF, MINUS_INF);
         } else {
             let op = &ops[w as usize];
-            let certain = needed[v] || (!op.pending && model.definitely_produces(&op.input));
+            let (call, ret) = (shifted(op.call), shifted(op.ret));
+            // `c.lo` is the earliest return among the ops needing `v`.
+            if info.needed_by_producer || (needed && c.lo < call) {
+                let reader = if info.needed_by_producer { w } else { c.lo_op };
+                return Some(Refutation::NeededBeforeProduced {
+                    reader,
+                    producer: w,
+                    value,
+                });
+            }
+            let certain = needed || (!op.pending && model.definitely_produces(&op.input));
             if !certain {
                 continue;
             }
             // A never-returned op's `ret` is u64::MAX: it may take effect
             // at any time after its call.
-            c.add(w, i128::from(op.call), i128::from(op.ret));
+            c.add(w, call, ret);
         }
         if c.is_forward() {
             forward.push(c);
@@ -262,7 +286,9 @@ pub(crate) fn refute<M: SeqModel>(
 
     // Condition 2. Forward clusters must be pairwise disjoint: sorted by
     // `lo`, each must start at or after the furthest `hi` so far.
-    forward.sort_unstable_by_key(|c| c.lo);
+    // Value ids follow the input order, so this is nearly sorted already,
+    // which the stable sort's run detection makes cheap.
+    forward.sort_by_key(|c| c.lo);
     let mut reach: Option<&Cluster> = None;
     for c in &forward {
         if let Some(r) = reach {
