@@ -144,6 +144,13 @@ pub trait SeqModel: Sync {
     fn value_needed(&self, _input: &Self::Input) -> Option<u32> {
         None
     }
+    /// Optional hint for the violation finder: the value the state must
+    /// NOT hold for this (completed, checked) op to succeed, e.g. the
+    /// expected value of a cas that failed. Contract: an op with
+    /// `value_excluded == Some(v)` fails wherever `state_value == Some(v)`.
+    fn value_excluded(&self, _input: &Self::Input) -> Option<u32> {
+        None
+    }
     /// Optional pruning hint: the value this op installs if it takes effect.
     fn value_produced(&self, _input: &Self::Input) -> Option<u32> {
         None
@@ -292,6 +299,17 @@ impl SeqModel for KvModel {
             KvInput::Cas {
                 expected,
                 out: Some(true),
+                ..
+            } => Some(expected),
+            _ => None,
+        }
+    }
+
+    fn value_excluded(&self, input: &KvInput) -> Option<u32> {
+        match *input {
+            KvInput::Cas {
+                expected,
+                out: Some(false),
                 ..
             } => Some(expected),
             _ => None,

@@ -23,15 +23,18 @@
 //!
 //! A cluster's run, on the time axis, starts at or before the earliest
 //! return in the cluster (`lo`) and ends at or after the latest call (`hi`).
-//! Two clusters whose producers certainly take effect must run one after the
-//! other, which is impossible when `hi_u > lo_v` and `hi_v > lo_u`: that is
-//! the *overlap* below (a stale read: the cluster of the value read spans,
-//! from the write's return to the read's call, a later write).
+//! The conditions checked below: (1) the first point above; (2) an op that
+//! fails where the value is `v` ([`SeqModel::value_excluded`], a cas
+//! expecting `v` that failed) cannot lie strictly inside `(lo, hi)`; and
+//! (3) two clusters whose producers certainly take effect must run one after
+//! the other, which is impossible when `hi_u > lo_v` and `hi_v > lo_u`: the
+//! *overlap* (a stale read: the cluster of the value read spans, from the
+//! write's return to the read's call, a later write).
 //!
 //! Producers that certainly take effect: the producer of a value some
 //! completed op needs (nothing else can install it), and a completed op for
 //! which the model says [`SeqModel::definitely_produces`]. Values with
-//! several producers are left out; so are failed cas and fenced tokens. The
+//! several producers are left out, and so are fenced tokens. The
 //! conditions are therefore only necessary: when none fails, the search
 //! decides (for read/write registers with distinct values they are also
 //! sufficient, by Gibbons & Korach, which a property test checks).
@@ -53,6 +56,11 @@ pub(crate) enum Refutation {
         producer: u32,
         value: u32,
     },
+    /// `op` needs the state not to hold `value` (a failed cas), but real
+    /// time puts it entirely inside the run of `value`'s cluster. `ops`:
+    /// the cluster's producer and the ops that set its earliest return and
+    /// latest call, and `op`, in call order.
+    HeldThroughout { op: u32, value: u32, ops: Vec<u32> },
     /// The clusters of two values would have to interleave. `ops` are the
     /// producers and the ops that set the clusters' earliest return and
     /// latest call, in call order.
@@ -74,7 +82,7 @@ impl Refutation {
                 v.sort_unstable();
                 v
             }
-            Refutation::Overlap { ops, .. } => ops.clone(),
+            Refutation::HeldThroughout { ops, .. } | Refutation::Overlap { ops, .. } => ops.clone(),
         }
     }
 
@@ -87,6 +95,12 @@ impl Refutation {
             ),
             Refutation::NeededBeforeProduced { value: v, .. } => format!(
                 "an op needs the value {}, whose only writer had not been called when it returned (or is the op itself)",
+                value(*v)
+            ),
+            Refutation::HeldThroughout { value: v, .. } => format!(
+                "an op failed because the value was not {} (e.g. a cas expecting it), but the \
+                 value's single writer and the ops that read it hold the value throughout that \
+                 op's interval",
                 value(*v)
             ),
             Refutation::Overlap { values: [a, b], .. } => format!(
@@ -172,6 +186,9 @@ struct ValueInfo {
     readers: Cluster,
     /// Some op both needs and produces it (e.g. `cas(v, v)`).
     needed_by_producer: bool,
+    /// Its cluster, if that is forward (only kept when some op excludes a
+    /// value).
+    run: Option<Cluster>,
 }
 
 impl ValueInfo {
@@ -181,6 +198,7 @@ impl ValueInfo {
             producer: INITIAL,
             readers: Cluster::empty(),
             needed_by_producer: false,
+            run: None,
         }
     }
 }
@@ -215,6 +233,8 @@ pub(crate) fn refute<M: SeqModel>(
     // counts as a producer), and the span of the completed ops needing it.
     let mut values = vec![ValueInfo::new(); nvalues];
     values[initial as usize].producers = 1;
+    // Completed ops that need the state not to hold some value.
+    let mut excluders: Vec<(u32, u32)> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let produced = model.value_produced(&op.input);
         if let Some(v) = produced {
@@ -231,12 +251,16 @@ pub(crate) fn refute<M: SeqModel>(
                 .add(i as u32, shifted(op.call), shifted(op.ret));
             info.needed_by_producer |= produced == Some(v);
         }
+        if let Some(v) = model.value_excluded(&op.input) {
+            excluders.push((i as u32, v));
+        }
     }
 
     // Condition 1, and the clusters whose producer certainly takes effect.
     let mut forward = Vec::new();
     let mut backward = Vec::new();
-    for (v, info) in values.iter().enumerate() {
+    let keep_runs = !excluders.is_empty();
+    for (v, info) in values.iter_mut().enumerate() {
         let value = v as u32;
         let needed = info.readers.lo_op != INITIAL;
         if needed && info.producers == 0 {
@@ -278,13 +302,39 @@ pub(crate) fn refute<M: SeqModel>(
             c.add(w, call, ret);
         }
         if c.is_forward() {
+            if keep_runs {
+                info.run = Some(c);
+            }
             forward.push(c);
         } else {
             backward.push(c);
         }
     }
 
-    // Condition 2. Forward clusters must be pairwise disjoint: sorted by
+    // Condition 2: between its producer and the last op needing it, the
+    // value is held, so an op that needs any other value cannot fall
+    // strictly inside a forward cluster's span.
+    for &(i, v) in &excluders {
+        let op = &ops[i as usize];
+        let Some(c) = values.get(v as usize).and_then(|info| info.run) else {
+            continue;
+        };
+        if c.lo < shifted(op.call) && shifted(op.ret) < c.hi {
+            let mut ops: Vec<u32> = [c.producer, c.lo_op, c.hi_op, i]
+                .into_iter()
+                .filter(|&o| o != INITIAL)
+                .collect();
+            ops.sort_unstable();
+            ops.dedup();
+            return Some(Refutation::HeldThroughout {
+                op: i,
+                value: v,
+                ops,
+            });
+        }
+    }
+
+    // Condition 3. Forward clusters must be pairwise disjoint: sorted by
     // `lo`, each must start at or after the furthest `hi` so far.
     // Value ids follow the input order, so this is nearly sorted already,
     // which the stable sort's run detection makes cheap.
