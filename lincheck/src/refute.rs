@@ -128,30 +128,23 @@ fn shifted(t: u64) -> u64 {
     t.saturating_add(1)
 }
 
-/// A value's cluster: its single producer and the ops that need it.
+/// Earliest return and latest call among some ops, and the ops that have
+/// them (`INITIAL` while empty).
 #[derive(Clone, Copy, Debug)]
-struct Cluster {
-    /// Earliest return in the cluster, and the op that has it.
+struct Span {
     lo: u64,
-    lo_op: u32,
-    /// Latest call in the cluster, and the op that has it.
     hi: u64,
+    lo_op: u32,
     hi_op: u32,
-    producer: u32,
-    value: u32,
 }
 
-impl Cluster {
-    fn empty() -> Cluster {
-        Cluster {
-            lo: u64::MAX,
-            lo_op: INITIAL,
-            hi: 0,
-            hi_op: INITIAL,
-            producer: INITIAL,
-            value: 0,
-        }
-    }
+impl Span {
+    const EMPTY: Span = Span {
+        lo: u64::MAX,
+        hi: 0,
+        lo_op: INITIAL,
+        hi_op: INITIAL,
+    };
 
     fn add(&mut self, op: u32, call: u64, ret: u64) {
         if ret <= self.lo {
@@ -164,55 +157,72 @@ impl Cluster {
         }
     }
 
-    /// True if the run of this cluster must cover the span `(lo, hi)`.
-    fn is_forward(&self) -> bool {
-        self.lo < self.hi
-    }
-
-    /// Neither cluster can run entirely before the other.
-    fn overlaps(&self, other: &Cluster) -> bool {
-        self.hi > other.lo && other.hi > self.lo
+    fn is_empty(&self) -> bool {
+        self.lo_op == INITIAL
     }
 }
 
-/// What one pass over the ops learns about a value.
+/// What one pass over the ops learns about a value (kept small: there is
+/// one per distinct value, up to one per op).
 #[derive(Clone, Copy, Debug)]
 struct ValueInfo {
+    /// The completed ops that need it.
+    readers: Span,
     /// Ops that can produce it (1 for the initial value, plus its writers).
     producers: u32,
     /// The last of them (`INITIAL` for the initial state).
     producer: u32,
-    /// Span of the completed ops that need it (`lo_op == INITIAL`: none).
-    readers: Cluster,
     /// Some op both needs and produces it (e.g. `cas(v, v)`).
     needed_by_producer: bool,
-    /// Its cluster, if that is forward (only kept when some op excludes a
-    /// value).
-    run: Option<Cluster>,
 }
 
 impl ValueInfo {
-    fn new() -> ValueInfo {
-        ValueInfo {
-            producers: 0,
-            producer: INITIAL,
-            readers: Cluster::empty(),
-            needed_by_producer: false,
-            run: None,
-        }
+    const NEW: ValueInfo = ValueInfo {
+        readers: Span::EMPTY,
+        producers: 0,
+        producer: INITIAL,
+        needed_by_producer: false,
+    };
+}
+
+/// A value's cluster: its single producer and the ops that need it.
+#[derive(Clone, Copy, Debug)]
+struct Cluster {
+    /// `lo`: earliest return, `hi`: latest call in the cluster.
+    span: Span,
+    producer: u32,
+    value: u32,
+}
+
+impl Cluster {
+    /// True if the run of this cluster must cover the span `(lo, hi)`.
+    fn is_forward(&self) -> bool {
+        self.span.lo < self.span.hi
+    }
+
+    /// Neither cluster can run entirely before the other.
+    fn overlaps(&self, other: &Cluster) -> bool {
+        self.span.hi > other.span.lo && other.span.hi > self.span.lo
+    }
+
+    /// The producer and the ops that set `lo` and `hi`.
+    fn ops(&self) -> [u32; 3] {
+        [self.producer, self.span.lo_op, self.span.hi_op]
     }
 }
 
+/// Op numbers in call order, without duplicates or the virtual producer.
+fn proof_ops(ops: impl IntoIterator<Item = u32>) -> Vec<u32> {
+    let mut v: Vec<u32> = ops.into_iter().filter(|&o| o != INITIAL).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 fn overlap(a: &Cluster, b: &Cluster) -> Refutation {
-    let mut ops: Vec<u32> = [a.producer, a.lo_op, a.hi_op, b.producer, b.lo_op, b.hi_op]
-        .into_iter()
-        .filter(|&o| o != INITIAL)
-        .collect();
-    ops.sort_unstable();
-    ops.dedup();
     Refutation::Overlap {
         values: [a.value, b.value],
-        ops,
+        ops: proof_ops(a.ops().into_iter().chain(b.ops())),
     }
 }
 
@@ -231,7 +241,7 @@ pub(crate) fn refute<M: SeqModel>(
 
     // One pass over the ops: who can produce each value (the initial state
     // counts as a producer), and the span of the completed ops needing it.
-    let mut values = vec![ValueInfo::new(); nvalues];
+    let mut values = vec![ValueInfo::NEW; nvalues];
     values[initial as usize].producers = 1;
     // Completed ops that need the state not to hold some value.
     let mut excluders: Vec<(u32, u32)> = Vec::new();
@@ -259,10 +269,9 @@ pub(crate) fn refute<M: SeqModel>(
     // Condition 1, and the clusters whose producer certainly takes effect.
     let mut forward = Vec::new();
     let mut backward = Vec::new();
-    let keep_runs = !excluders.is_empty();
-    for (v, info) in values.iter_mut().enumerate() {
+    for (v, info) in values.iter().enumerate() {
         let value = v as u32;
-        let needed = info.readers.lo_op != INITIAL;
+        let needed = !info.readers.is_empty();
         if needed && info.producers == 0 {
             return Some(Refutation::NeverProduced {
                 reader: info.readers.lo_op,
@@ -273,20 +282,26 @@ pub(crate) fn refute<M: SeqModel>(
             continue;
         }
         let w = info.producer;
-        let mut c = info.readers;
-        c.producer = w;
-        c.value = value;
+        let mut c = Cluster {
+            span: info.readers,
+            producer: w,
+            value,
+        };
         if w == INITIAL {
             if !needed {
                 continue;
             }
-            c.add(INITIAL, MINUS_INF, MINUS_INF);
+            c.span.add(INITIAL, MINUS_INF, MINUS_INF);
         } else {
             let op = &ops[w as usize];
             let (call, ret) = (shifted(op.call), shifted(op.ret));
-            // `c.lo` is the earliest return among the ops needing `v`.
-            if info.needed_by_producer || (needed && c.lo < call) {
-                let reader = if info.needed_by_producer { w } else { c.lo_op };
+            // `c.span.lo` is the earliest return among the ops needing `v`.
+            if info.needed_by_producer || (needed && c.span.lo < call) {
+                let reader = if info.needed_by_producer {
+                    w
+                } else {
+                    c.span.lo_op
+                };
                 return Some(Refutation::NeededBeforeProduced {
                     reader,
                     producer: w,
@@ -299,46 +314,21 @@ pub(crate) fn refute<M: SeqModel>(
             }
             // A never-returned op's `ret` is u64::MAX: it may take effect
             // at any time after its call.
-            c.add(w, call, ret);
+            c.span.add(w, call, ret);
         }
         if c.is_forward() {
-            if keep_runs {
-                info.run = Some(c);
-            }
             forward.push(c);
         } else {
             backward.push(c);
         }
     }
-
-    // Condition 2: between its producer and the last op needing it, the
-    // value is held, so an op that needs any other value cannot fall
-    // strictly inside a forward cluster's span.
-    for &(i, v) in &excluders {
-        let op = &ops[i as usize];
-        let Some(c) = values.get(v as usize).and_then(|info| info.run) else {
-            continue;
-        };
-        if c.lo < shifted(op.call) && shifted(op.ret) < c.hi {
-            let mut ops: Vec<u32> = [c.producer, c.lo_op, c.hi_op, i]
-                .into_iter()
-                .filter(|&o| o != INITIAL)
-                .collect();
-            ops.sort_unstable();
-            ops.dedup();
-            return Some(Refutation::HeldThroughout {
-                op: i,
-                value: v,
-                ops,
-            });
-        }
-    }
+    drop(values);
 
     // Condition 3. Forward clusters must be pairwise disjoint: sorted by
     // `lo`, each must start at or after the furthest `hi` so far.
     // Value ids follow the input order, so this is nearly sorted already,
     // which the stable sort's run detection makes cheap.
-    forward.sort_by_key(|c| c.lo);
+    forward.sort_by_key(|c| c.span.lo);
     let mut reach: Option<&Cluster> = None;
     for c in &forward {
         if let Some(r) = reach {
@@ -346,20 +336,43 @@ pub(crate) fn refute<M: SeqModel>(
                 return Some(overlap(r, c));
             }
         }
-        if reach.is_none_or(|r| c.hi > r.hi) {
+        if reach.is_none_or(|r| c.span.hi > r.span.hi) {
             reach = Some(c);
         }
     }
-    // Now they are disjoint, so sorted by `hi` too. Two backward clusters
-    // never overlap (that would need hi_u > lo_v >= hi_v > lo_u >= hi_u);
-    // a backward one can only overlap the last forward one that starts
-    // before its `hi`, the one with the largest `hi` among those.
+    // Now they are disjoint, so sorted by `hi` too: of those starting
+    // before a given time, only the last can reach past it.
+    let last_starting_before = |t: u64| {
+        let k = forward.partition_point(|f| f.span.lo < t);
+        k.checked_sub(1).map(|k| &forward[k])
+    };
+    // Two backward clusters never overlap (that would need
+    // hi_u > lo_v >= hi_v > lo_u >= hi_u); a backward one can only overlap
+    // the last forward one that starts before its `hi`.
     for b in &backward {
-        let k = forward.partition_point(|f| f.lo < b.hi);
-        if let Some(f) = k.checked_sub(1).map(|k| &forward[k]) {
+        if let Some(f) = last_starting_before(b.span.hi) {
             if f.overlaps(b) {
                 return Some(overlap(f, b));
             }
+        }
+    }
+
+    // Condition 2: between its producer and the last op needing it, a
+    // value is held, so an op that fails where the value is `v` cannot lie
+    // strictly inside the span of `v`'s forward cluster, which can only be
+    // the last one starting before the op's call.
+    for &(i, v) in &excluders {
+        let op = &ops[i as usize];
+        let (call, ret) = (shifted(op.call), shifted(op.ret));
+        let Some(c) = last_starting_before(call) else {
+            continue;
+        };
+        if c.value == v && ret < c.span.hi {
+            return Some(Refutation::HeldThroughout {
+                op: i,
+                value: v,
+                ops: proof_ops(c.ops().into_iter().chain([i])),
+            });
         }
     }
     None

@@ -38,6 +38,7 @@ impl DSets {
         }
     }
 
+    #[inline]
     pub(super) fn add(&mut self, d: u32, q: u32) -> u32 {
         if let Some(&t) = self.trans.get(&(d, q)) {
             return t;
@@ -60,6 +61,7 @@ impl DSets {
     }
 
     /// Is set `a` a subset of set `b`?
+    #[inline]
     pub(super) fn subset(&self, a: u32, b: u32) -> bool {
         if a == b || a == 0 {
             return true;
@@ -111,7 +113,9 @@ impl<S: Eq + Clone> Memo<S> {
     }
 
     /// Returns true if the configuration is not dominated by a visited one
-    /// (and records it).
+    /// (and records it). Inlined into the search loop as it was before the
+    /// split into modules: as a call it cost ~8% of a 1M-op check.
+    #[inline]
     pub(super) fn insert(
         &mut self,
         hash: u64,
@@ -184,6 +188,7 @@ impl<S: Eq + Clone> Memo<S> {
     }
 
     /// Configurations recorded (including overwritten variants).
+    #[inline]
     pub(super) fn len(&self) -> usize {
         self.entries.len() + self.replaced as usize
     }
