@@ -41,8 +41,32 @@ const CALL: Duration = Duration::from_secs(3);
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// An SLF4J binding (Debian's libslf4j-java, a dependency of zookeeper), so the
 /// member logs to stderr, i.e. to its log file; without one it says nothing.
-const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+pub(crate) const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
 const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+
+/// The JVM's arguments up to the config file, on either backend. Small and quick
+/// to start: a 256 MB heap, the serial collector, the C1 compiler only; IPv4 as
+/// every address here is.
+pub(crate) fn jvm_args(classpath: &str) -> Vec<String> {
+    [
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Xss512k",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        // Election connections to a dead or cut-off peer give up after 1 s
+        // instead of 5 s: an election among live members is not held up.
+        "-Dzookeeper.cnxTimeout=1000",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-cp",
+        classpath,
+        MAIN,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
 
 pub struct ZkDeploy {
     java: PathBuf,
@@ -51,6 +75,20 @@ pub struct ZkDeploy {
 }
 
 impl ZkDeploy {
+    /// The Java launcher, its classpath and the ZooKeeper version: what the docker
+    /// backend's image packages.
+    pub fn java(&self) -> &Path {
+        &self.java
+    }
+
+    pub fn classpath(&self) -> &str {
+        &self.classpath
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
     /// Finds Java and Debian's ZooKeeper jars (`ci/bootstrap.sh` installs them) and
     /// asks the jar for its version.
     pub fn find(say: &dyn Fn(&str)) -> Result<ZkDeploy> {
@@ -164,27 +202,8 @@ impl ServiceDeploy for ZkDeploy {
             let cfg_path = run_dir.join(format!("zk-{i}.cfg"));
             std::fs::write(&cfg_path, member_config(i, &data, addrs))
                 .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-            // Small and quick to start: a 256 MB heap, the serial collector, the
-            // C1 compiler only; IPv4 as every address here is.
-            let args = [
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-Xss512k",
-                "-Djava.net.preferIPv4Stack=true",
-                "-Dzookeeper.jmx.log4j.disable=true",
-                // Election connections to a dead or cut-off peer give up after 1 s
-                // instead of 5 s: an election among live members is not held up.
-                "-Dzookeeper.cnxTimeout=1000",
-                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                "-cp",
-                &self.classpath,
-                MAIN,
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([cfg_path.display().to_string()])
-            .collect();
+            let mut args = jvm_args(&self.classpath);
+            args.push(cfg_path.display().to_string());
             members.push(ProcessMember {
                 name: format!("zookeeper {i}"),
                 program: self.java.clone(),

@@ -43,6 +43,7 @@ use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
 use crate::scenario::Scenario;
+use crate::service::zookeeper::ZkDeploy;
 use cleanup::CleanupGuard;
 use container::{ContainerSpec, MountSpec, Running, StartFailure, HOST};
 use member::Member;
@@ -465,7 +466,7 @@ fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
 }
 
 /// `fencecheck images`: builds (or reuses) an etcd image per version, the storage
-/// image and the reaper image; one line per image.
+/// image, the reaper image and the ZooKeeper image; one line per image.
 pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<Vec<String>> {
     let e = engine(ENGINE_TIMEOUT)
         .await
@@ -488,6 +489,15 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     show("storage", &i);
     let i = images::reaper_image(&e.docker, &say).await?;
     show("reaper", &i);
+    // ZooKeeper only where it is installed (`ci/bootstrap.sh`): its image packages
+    // the host's JRE and jars.
+    match tokio::task::block_in_place(|| ZkDeploy::find(&say)) {
+        Ok(zk) => {
+            let i = images::zookeeper_image(&e.docker, &zk, &say).await?;
+            show("zookeeper", &i);
+        }
+        Err(e) => lines.push(format!("zookeeper (skipped: {e:#})")),
+    }
     Ok(lines)
 }
 
