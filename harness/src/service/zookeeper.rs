@@ -131,21 +131,27 @@ impl ZkDeploy {
     }
 }
 
-/// Member `i`'s config. `tickTime = 1000` allows sessions of [2 s, 20 s];
-/// `syncLimit = 2` lets a follower give up on a dead leader after 2 s (the faults
-/// kill and cut off leaders; the default 5 ticks would outlive a 2 s session twice
-/// over before an election even starts); the admin
+/// What every member's config says, on either backend. `tickTime = 1000` allows
+/// sessions of [2 s, 20 s]; `syncLimit = 2` lets a follower give up on a dead
+/// leader after 2 s (the faults kill and cut off leaders; the default 5 ticks would
+/// outlive a 2 s session twice over before an election even starts); the admin
 /// server (its port 8080 would clash between members) and reconfig are off; the
 /// four-letter words the harness uses are allowed.
+pub(crate) fn base_config(data_dir: &str, client_ip: &str, client_port: u16) -> String {
+    format!(
+        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={data_dir}\n\
+         clientPortAddress={client_ip}\nclientPort={client_port}\nmaxClientCnxns=0\n\
+         admin.enableServer=false\nreconfigEnabled=false\n\
+         4lw.commands.whitelist=srvr,ruok,mntr,stat\n"
+    )
+}
+
+/// Member `i`'s config on the process backend.
 fn member_config(i: usize, data: &Path, addrs: &[MemberAddrs]) -> String {
     let me = &addrs[i];
-    let mut cfg = format!(
-        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\n\
-         clientPortAddress={}\nclientPort={}\nmaxClientCnxns=0\n\
-         admin.enableServer=false\nreconfigEnabled=false\n\
-         4lw.commands.whitelist=srvr,ruok,mntr,stat\n",
-        data.display(),
-        me.client.ip(),
+    let mut cfg = base_config(
+        &data.display().to_string(),
+        &me.client.ip().to_string(),
         me.client.port(),
     );
     if addrs.len() > 1 {
