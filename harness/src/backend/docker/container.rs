@@ -113,9 +113,18 @@ impl ContainerSpec {
             req = req.with_user(u);
         }
         let auto_remove = self.auto_remove;
+        let peer = self.network.is_some();
         // testcontainers binds mapped ports on every interface; a run's services are
         // for this machine only.
         req.with_host_config_modifier(move |hc| {
+            if peer {
+                // Members look their peers up by container name, and a peer that is
+                // not started yet (or killed) is unknown to the engine's DNS, which
+                // then asks the host's servers: where those do not answer, each
+                // look-up would hang for glibc's 2 × 5 s (a 3-member ZooKeeper
+                // resolves every server line before it even binds its port).
+                hc.dns_options = Some(vec!["timeout:1".into(), "attempts:1".into()]);
+            }
             if let Some(bindings) = hc.port_bindings.as_mut() {
                 for b in bindings.values_mut().flatten().flatten() {
                     *b = PortBinding {
