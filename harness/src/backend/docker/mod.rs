@@ -511,7 +511,7 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     let mut lines = Vec::new();
     let mut show = |what: &str, i: &Image| {
         lines.push(format!(
-            "{what:<8} {} {} ({})",
+            "{what:<9} {} {} ({})",
             i.tag,
             i.id,
             if i.reused { "reused" } else { "built" }
