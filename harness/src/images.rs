@@ -8,6 +8,9 @@
 //!   (`-C target-feature=+crt-static`, target x86_64-unknown-linux-gnu) in a target
 //!   directory under fencecheck's cache, so a rebuild is incremental.
 //! - reaper: `fencecheck-reaper`, built the same way (see `reaper/`).
+//! - zookeeper: the host's JRE and Debian's ZooKeeper jars with everything they
+//!   load (see `zookeeper.rs`), for the same java command line as the process
+//!   backend.
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -27,9 +30,12 @@ use testcontainers::bollard::Docker;
 use crate::etcd;
 use crate::scenario::EtcdVersion;
 
+mod zookeeper;
+
 pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
+pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../ci/images/zookeeper.Dockerfile");
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -94,6 +100,19 @@ pub async fn etcd_image(docker: &Docker, want: EtcdVersion, say: &dyn Fn(&str)) 
         .with_context(|| format!("cannot package etcd {} for an image", bin.version))?;
     let tag = format!("fencecheck/etcd:{}-{}", bin.version, ctx.hash());
     ensure(docker, &tag, "etcd", &ctx, say).await
+}
+
+/// The ZooKeeper image (`fencecheck/zookeeper:<version>-<hash>`), built when
+/// missing, from the JRE and jars `ZkDeploy::find` found for the process backend.
+pub async fn zookeeper_image(
+    docker: &Docker,
+    deploy: &crate::service::zookeeper::ZkDeploy,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
+    let ctx = tokio::task::block_in_place(|| zookeeper::context(deploy.java(), deploy.classpath()))
+        .with_context(|| format!("cannot package zookeeper {} for an image", deploy.version()))?;
+    let tag = format!("fencecheck/zookeeper:{}-{}", deploy.version(), ctx.hash());
+    ensure(docker, &tag, "zookeeper", &ctx, say).await
 }
 
 /// The storage image, built when missing (the static binary is built, or brought up
@@ -216,6 +235,13 @@ fn etcd_context(bin: &Path) -> Result<BuildContext> {
 /// (empty for a static binary). Paths as the binary asks for them; their contents are
 /// read through any symlink.
 fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
+    shared_libraries_but(bin, &[])
+}
+
+/// [`shared_libraries`], where the libraries named in `preloaded` may be missing:
+/// the process has loaded them before it loads `bin` (the JRE's own libraries
+/// need `libjvm.so`, which `ldd` cannot find, without being told where it is).
+fn shared_libraries_but(bin: &Path, preloaded: &[&str]) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd").arg(bin).output();
     let out = match out {
         Ok(o) => o,
@@ -241,6 +267,9 @@ fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
         if let Some(p) = path.filter(|p| p.starts_with('/')) {
             libs.push(PathBuf::from(p));
         } else if line.contains("not found") {
+            if preloaded.iter().any(|l| line.starts_with(&format!("{l} "))) {
+                continue;
+            }
             bail!("{} needs a library that is missing: {line}", bin.display());
         }
     }

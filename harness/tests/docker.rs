@@ -178,6 +178,60 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
 }
 
 #[test]
+fn zookeeper_pause_on_docker_reaches_the_process_verdicts() {
+    if !docker_or_skip("zk_pause_on_docker") {
+        return;
+    }
+    // The image packages the host's JRE and Debian's ZooKeeper jars; without them
+    // there is nothing to package (ci/bootstrap.sh installs them).
+    if !Path::new("/usr/share/java/zookeeper.jar").exists() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "zk_pause_on_docker: skipped: no ZooKeeper jars on this machine"
+        );
+        return;
+    }
+    let _g = serial();
+    // No `fencecheck clean` here (it removes every run on the engine, other
+    // harnesses' live ones too); only this run's label is looked at, as in the
+    // SIGKILL test.
+    let dir = tempfile::tempdir().expect("tmp");
+    // zk-pause.toml: the holder frozen past its 2 s session; the ensemble expires
+    // it and the next waiter holds while the old holder still writes.
+    let out = dir.path().join("zk-pause");
+    let (o, r) = run_docker("zk-pause", &[], &out, true);
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    assert_eq!(r["run"]["backend"], "docker");
+    assert_eq!(r["run"]["service"], "zookeeper");
+    let f = &r["checks"]["fencing"];
+    assert_eq!(f["valid"], true);
+    assert_eq!(n(&f["stale_accepted"]), 0);
+    assert!(n(&f["stale_rejected"]) >= 1, "{f}");
+    assert!(
+        n(&r["checks"]["mutex"]["overlaps"]) >= 1,
+        "{}",
+        r["checks"]["mutex"]
+    );
+    assert_eq!(n(&r["checks"]["counter"]["lost"]), 0);
+    // The member ran in the ZooKeeper image, and its output was saved.
+    let d = docker_json(&out);
+    assert!(
+        d["images"]["zookeeper"]["tag"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("fencecheck/zookeeper:3.8")),
+        "{d}"
+    );
+    let log = std::fs::read_to_string(out.join("zk-0.log")).expect("zk-0.log");
+    assert!(log.contains("binding to port"), "{log}");
+    let run_id = d["run_id"].as_str().expect("run_id in docker.json");
+    let left = leftovers_of(run_id);
+    assert!(
+        left.is_empty(),
+        "left behind after the zk-pause run: {left:#?}"
+    );
+}
+
+#[test]
 fn ctrl_c_while_a_member_container_is_paused_leaves_nothing() {
     if !docker_or_skip("ctrl_c_on_docker") {
         return;

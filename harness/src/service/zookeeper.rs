@@ -41,8 +41,32 @@ const CALL: Duration = Duration::from_secs(3);
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// An SLF4J binding (Debian's libslf4j-java, a dependency of zookeeper), so the
 /// member logs to stderr, i.e. to its log file; without one it says nothing.
-const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+pub(crate) const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
 const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+
+/// The JVM's arguments up to the config file, on either backend. Small and quick
+/// to start: a 256 MB heap, the serial collector, the C1 compiler only; IPv4 as
+/// every address here is.
+pub(crate) fn jvm_args(classpath: &str) -> Vec<String> {
+    [
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Xss512k",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        // Election connections to a dead or cut-off peer give up after 1 s
+        // instead of 5 s: an election among live members is not held up.
+        "-Dzookeeper.cnxTimeout=1000",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-cp",
+        classpath,
+        MAIN,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
 
 pub struct ZkDeploy {
     java: PathBuf,
@@ -51,6 +75,20 @@ pub struct ZkDeploy {
 }
 
 impl ZkDeploy {
+    /// The Java launcher, its classpath and the ZooKeeper version: what the docker
+    /// backend's image packages.
+    pub fn java(&self) -> &Path {
+        &self.java
+    }
+
+    pub fn classpath(&self) -> &str {
+        &self.classpath
+    }
+
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
     /// Finds Java and Debian's ZooKeeper jars (`ci/bootstrap.sh` installs them) and
     /// asks the jar for its version.
     pub fn find(say: &dyn Fn(&str)) -> Result<ZkDeploy> {
@@ -93,21 +131,27 @@ impl ZkDeploy {
     }
 }
 
-/// Member `i`'s config. `tickTime = 1000` allows sessions of [2 s, 20 s];
-/// `syncLimit = 2` lets a follower give up on a dead leader after 2 s (the faults
-/// kill and cut off leaders; the default 5 ticks would outlive a 2 s session twice
-/// over before an election even starts); the admin
+/// What every member's config says, on either backend. `tickTime = 1000` allows
+/// sessions of [2 s, 20 s]; `syncLimit = 2` lets a follower give up on a dead
+/// leader after 2 s (the faults kill and cut off leaders; the default 5 ticks would
+/// outlive a 2 s session twice over before an election even starts); the admin
 /// server (its port 8080 would clash between members) and reconfig are off; the
 /// four-letter words the harness uses are allowed.
+pub(crate) fn base_config(data_dir: &str, client_ip: &str, client_port: u16) -> String {
+    format!(
+        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={data_dir}\n\
+         clientPortAddress={client_ip}\nclientPort={client_port}\nmaxClientCnxns=0\n\
+         admin.enableServer=false\nreconfigEnabled=false\n\
+         4lw.commands.whitelist=srvr,ruok,mntr,stat\n"
+    )
+}
+
+/// Member `i`'s config on the process backend.
 fn member_config(i: usize, data: &Path, addrs: &[MemberAddrs]) -> String {
     let me = &addrs[i];
-    let mut cfg = format!(
-        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\n\
-         clientPortAddress={}\nclientPort={}\nmaxClientCnxns=0\n\
-         admin.enableServer=false\nreconfigEnabled=false\n\
-         4lw.commands.whitelist=srvr,ruok,mntr,stat\n",
-        data.display(),
-        me.client.ip(),
+    let mut cfg = base_config(
+        &data.display().to_string(),
+        &me.client.ip().to_string(),
         me.client.port(),
     );
     if addrs.len() > 1 {
@@ -164,27 +208,8 @@ impl ServiceDeploy for ZkDeploy {
             let cfg_path = run_dir.join(format!("zk-{i}.cfg"));
             std::fs::write(&cfg_path, member_config(i, &data, addrs))
                 .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-            // Small and quick to start: a 256 MB heap, the serial collector, the
-            // C1 compiler only; IPv4 as every address here is.
-            let args = [
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-Xss512k",
-                "-Djava.net.preferIPv4Stack=true",
-                "-Dzookeeper.jmx.log4j.disable=true",
-                // Election connections to a dead or cut-off peer give up after 1 s
-                // instead of 5 s: an election among live members is not held up.
-                "-Dzookeeper.cnxTimeout=1000",
-                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                "-cp",
-                &self.classpath,
-                MAIN,
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([cfg_path.display().to_string()])
-            .collect();
+            let mut args = jvm_args(&self.classpath);
+            args.push(cfg_path.display().to_string());
             members.push(ProcessMember {
                 name: format!("zookeeper {i}"),
                 program: self.java.clone(),

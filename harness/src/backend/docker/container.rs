@@ -13,7 +13,7 @@ use testcontainers::bollard::query_parameters::KillContainerOptionsBuilder;
 use testcontainers::bollard::Docker;
 use testcontainers::core::error::WaitContainerError;
 use testcontainers::core::logs::WaitLogError;
-use testcontainers::core::{ContainerPort, Mount, WaitFor};
+use testcontainers::core::{AccessMode, ContainerPort, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt, TestcontainersError};
 
@@ -27,8 +27,9 @@ pub(super) type Running = Arc<ContainerAsync<GenericImage>>;
 /// The host address every published port is bound on: nothing of a run is
 /// reachable from outside the machine.
 pub(super) const HOST: &str = "127.0.0.1";
-/// How long a container may take to print its ready line.
-const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a container may take to print its ready line, and then to answer
+/// healthy.
+pub(super) const READY_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Where a container's storage comes from.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ pub(super) enum MountSpec {
     Volume { name: String, target: String },
     /// A host directory or file.
     Bind { host: String, target: String },
+    /// A host file the container only reads (a ZooKeeper member's config and myid).
+    BindReadOnly { host: String, target: String },
 }
 
 /// Everything needed to create and start one container.
@@ -101,15 +104,27 @@ impl ContainerSpec {
             req = req.with_mount(match m {
                 MountSpec::Volume { name, target } => Mount::volume_mount(name, target),
                 MountSpec::Bind { host, target } => Mount::bind_mount(host, target),
+                MountSpec::BindReadOnly { host, target } => {
+                    Mount::bind_mount(host, target).with_access_mode(AccessMode::ReadOnly)
+                }
             });
         }
         if let Some(u) = &self.user {
             req = req.with_user(u);
         }
         let auto_remove = self.auto_remove;
+        let peer = self.network.is_some();
         // testcontainers binds mapped ports on every interface; a run's services are
         // for this machine only.
         req.with_host_config_modifier(move |hc| {
+            if peer {
+                // Members look their peers up by container name, and a peer that is
+                // not started yet (or killed) is unknown to the engine's DNS, which
+                // then asks the host's servers: where those do not answer, each
+                // look-up would hang for glibc's 2 × 5 s (a 3-member ZooKeeper
+                // resolves every server line before it even binds its port).
+                hc.dns_options = Some(vec!["timeout:1".into(), "attempts:1".into()]);
+            }
             if let Some(bindings) = hc.port_bindings.as_mut() {
                 for b in bindings.values_mut().flatten().flatten() {
                     *b = PortBinding {
@@ -209,14 +224,7 @@ pub(super) async fn wait_healthy(
                 return Ok(());
             }
         }
-        if let Ok(false) = c.is_running().await {
-            let code = c.exit_code().await.ok().flatten().unwrap_or(-1);
-            let out = container_logs(d, c.id()).await;
-            bail!(
-                "container {name} exited with code {code}: {}",
-                telling_line(&String::from_utf8_lossy(&out))
-            );
-        }
+        fail_if_exited(d, name, c).await?;
         if tokio::time::Instant::now() >= end {
             bail!(
                 "container {name} not ready at {url} after {}",
@@ -226,6 +234,19 @@ pub(super) async fn wait_healthy(
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_millis(250));
     }
+}
+
+/// An error with the telling line of its output if the container has exited.
+pub(super) async fn fail_if_exited(d: &Docker, name: &str, c: &Running) -> Result<()> {
+    if let Ok(false) = c.is_running().await {
+        let code = c.exit_code().await.ok().flatten().unwrap_or(-1);
+        let out = container_logs(d, c.id()).await;
+        bail!(
+            "container {name} exited with code {code}: {}",
+            telling_line(&String::from_utf8_lossy(&out))
+        );
+    }
+    Ok(())
 }
 
 /// The line of a failed container's output that says why: the last one that looks

@@ -1,12 +1,13 @@
-//! A cluster member's lifecycle, whatever the service (etcd today; ZooKeeper and
-//! Redis next): a labelled data volume, a container created on the run's peer
+//! A cluster member's lifecycle, whatever the service (etcd and ZooKeeper today): a labelled data volume, a container created on the run's peer
 //! network (its container name is its peer host name), waited for until it prints
 //! its ready line, joined to the client network for its published port, then
 //! waited for until it answers healthy; paused, killed with SIGKILL and started
 //! again as the same container (same volume, same fixed host port, same networks).
-//! The service itself only supplies a [`MemberSpec`] (see `etcd.rs`).
+//! The service itself only supplies a [`MemberSpec`] (see `etcd.rs`,
+//! `zookeeper.rs`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use testcontainers::bollard::Docker;
@@ -14,6 +15,8 @@ use testcontainers::bollard::Docker;
 use super::cleanup::{tracked, InFlight};
 use super::container::{self, ContainerSpec, Running, StartFailure};
 use super::network;
+use crate::scenario::ServiceKind;
+use crate::service;
 
 /// How to tell that a started member serves (once enough members are up to form
 /// the cluster).
@@ -22,6 +25,9 @@ pub(super) enum Health {
     /// `GET path` on the client address answers 2xx (and, if the body mentions
     /// "health", says "true").
     Http(&'static str),
+    /// The service's own readiness probe on the client address
+    /// (`service::wait_ready`; ZooKeeper: `srvr` reports a mode).
+    Service(ServiceKind),
 }
 
 /// What a service makes of member `i`.
@@ -115,6 +121,26 @@ impl Member {
         match self.spec.health {
             Health::Http(path) => {
                 container::wait_healthy(d, self.name(), c, self.spec.client, path).await
+            }
+            Health::Service(kind) => {
+                // Probed in short rounds so a member that exited fails the start at
+                // once instead of at the deadline.
+                let what = format!("{kind} member {} at {}", self.name(), self.spec.client);
+                let end = tokio::time::Instant::now() + container::READY_DEADLINE;
+                loop {
+                    let round = Duration::from_secs(1);
+                    let probe = service::wait_ready(kind, &what, self.spec.client, round).await;
+                    if probe.is_ok() {
+                        return Ok(());
+                    }
+                    container::fail_if_exited(d, self.name(), c).await?;
+                    if tokio::time::Instant::now() >= end {
+                        return probe.context(format!(
+                            "not ready after {}",
+                            humantime::format_duration(container::READY_DEADLINE)
+                        ));
+                    }
+                }
             }
         }
     }

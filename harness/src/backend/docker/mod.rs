@@ -1,6 +1,6 @@
-//! The `docker` backend: etcd members and the storage as containers, through
-//! testcontainers (creation with labels, mounts and the network, the wait for a
-//! ready line, pause/unpause, start, removal) and, for what it lacks, its
+//! The `docker` backend: etcd or ZooKeeper members and the storage as containers,
+//! through testcontainers (creation with labels, mounts and the network, the wait
+//! for a ready line, pause/unpause, start, removal) and, for what it lacks, its
 //! re-export of bollard (kill with a signal, network connect/disconnect, labelled
 //! networks and volumes, image builds). Workers stay host processes; they reach
 //! every container through a host port bound on 127.0.0.1 (fixed when the run
@@ -10,9 +10,9 @@
 //! Per run (id `fc<hex>`), everything labelled `fencecheck.run=<id>`: the peer
 //! network (`network.rs`; published ports go through the engine's default bridge),
 //! a volume per member for its data dir (a kill + start keeps it),
-//! the members (`member.rs`, made etcd by `etcd.rs`), and the storage with the run
-//! directory bind-mounted at /out, so `storage.jsonl` is written straight into it
-//! (readable even if the harness is killed).
+//! the members (`member.rs`, made etcd by `etcd.rs`, ZooKeeper by `zookeeper.rs`),
+//! and the storage with the run directory bind-mounted at /out, so `storage.jsonl`
+//! is written straight into it (readable even if the harness is killed).
 //!
 //! Faults: pause = `docker pause` (cgroup freezer), kill = `docker kill` (SIGKILL),
 //! restart = `docker start` of the same container, isolate = disconnect from the
@@ -29,6 +29,7 @@ mod etcd;
 mod member;
 mod network;
 mod reaper;
+mod zookeeper;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -42,7 +43,8 @@ pub use engine::{engine, Engine, ENGINE_TIMEOUT, PING_TIMEOUT};
 use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ServiceKind};
+use crate::service::zookeeper::ZkDeploy;
 use cleanup::CleanupGuard;
 use container::{ContainerSpec, MountSpec, Running, StartFailure, HOST};
 use member::Member;
@@ -50,7 +52,8 @@ use testcontainers::bollard::Docker;
 
 /// The label every container, network and volume of a run carries.
 pub const RUN_LABEL: &str = "fencecheck.run";
-/// What a thing is within its run: etcd, etcd-data, storage, network, reaper.
+/// What a thing is within its run: etcd, etcd-data, zookeeper, zookeeper-data,
+/// storage, network, reaper.
 pub const ROLE_LABEL: &str = "fencecheck.role";
 
 const STORAGE_PORT: u16 = 7000;
@@ -115,18 +118,41 @@ impl DockerBackend {
         let run_dir = std::fs::canonicalize(run_dir)
             .with_context(|| format!("cannot resolve {}", run_dir.display()))?;
         say(&format!("docker engine {} answered", engine.version));
-        let etcd_image = images::etcd_image(&docker, scenario.etcd_version(), say).await?;
-        let storage_image = images::storage_image(&docker, say).await?;
-        let reaper_image = images::reaper_image(&docker, say).await?;
-        let etcd_version = etcd::version_of(&etcd_image.tag);
-
+        let service = scenario.lock.service;
         let run_id = new_run_id();
         let n = scenario.cluster.members.0 as usize;
         let prefix = format!("fencecheck-{run_id}");
         let ports = (0..n)
             .map(|_| free_port(HOST))
             .collect::<Result<Vec<u16>>>()?;
-        let members = etcd::member_specs(&run_id, &prefix, &etcd_image.tag, &ports);
+        // The service's image and members; etcd's as before.
+        let (service_image, members, version) = match service {
+            ServiceKind::Etcd => {
+                let image = images::etcd_image(&docker, scenario.etcd_version(), say).await?;
+                let members = etcd::member_specs(&run_id, &prefix, &image.tag, &ports);
+                let version = etcd::version_of(&image.tag);
+                (image, members, version)
+            }
+            ServiceKind::Zookeeper => {
+                let zk = tokio::task::block_in_place(|| ZkDeploy::find(say))?;
+                let image = images::zookeeper_image(&docker, &zk, say).await?;
+                // The launcher at its real path: that is where the image has it.
+                let java = std::fs::canonicalize(zk.java())
+                    .with_context(|| format!("cannot resolve {}", zk.java().display()))?;
+                let members = zookeeper::member_specs(
+                    &prefix,
+                    &image.tag,
+                    &java,
+                    zk.classpath(),
+                    &run_dir,
+                    &ports,
+                )?;
+                let version = zookeeper::version_of(&image.tag);
+                (image, members, version)
+            }
+        };
+        let storage_image = images::storage_image(&docker, say).await?;
+        let reaper_image = images::reaper_image(&docker, say).await?;
         let mut backend = DockerBackend {
             docker: docker.clone(),
             run_id: run_id.clone(),
@@ -154,7 +180,7 @@ impl DockerBackend {
             .members
             .iter()
             .enumerate()
-            .map(|(i, m)| (m.name().to_string(), run_dir.join(format!("etcd-{i}.log"))))
+            .map(|(i, m)| (m.name().to_string(), member_log(&run_dir, service, i)))
             .chain([(backend.storage_name.clone(), run_dir.join("storage.log"))])
             .collect();
         let record = Record {
@@ -164,7 +190,7 @@ impl DockerBackend {
             network: &backend.network,
             peer_network: &backend.peer_network,
             images: [
-                ("etcd", &etcd_image),
+                (service.as_str(), &service_image),
                 ("storage", &storage_image),
                 ("reaper", &reaper_image),
             ]
@@ -182,7 +208,7 @@ impl DockerBackend {
             let _ = std::fs::write(run_dir.join("docker.json"), j + "\n");
         }
         say(&format!(
-            "starting {n} etcd {etcd_version} container(s) and the storage container \
+            "starting {n} {service} {version} container(s) and the storage container \
              (run {run_id}, network {prefix}-peers)"
         ));
         match backend.start_all(scenario, &storage_image, &run_dir).await {
@@ -192,7 +218,7 @@ impl DockerBackend {
                     clients: backend.members.iter().map(|m| m.spec.client).collect(),
                     storage,
                     peer_proxies: Vec::new(),
-                    version: etcd_version,
+                    version,
                     backend: "docker".into(),
                     backend_reason: String::new(),
                 };
@@ -214,6 +240,7 @@ impl DockerBackend {
         storage_image: &Image,
         run_dir: &Path,
     ) -> Result<SocketAddr> {
+        let service = scenario.lock.service;
         let (d, inflight) = (&self.docker, &self.guard.inflight);
         network::create_peer_network(d, inflight, &self.run_id, &self.peer_network).await?;
         for m in &self.members {
@@ -222,8 +249,8 @@ impl DockerBackend {
         for i in 0..self.members.len() {
             let m = &mut self.members[i];
             if let Err(f) = m.start(d, inflight, &self.run_id, &self.peer_network).await {
-                let log = run_dir.join(format!("etcd-{i}.log"));
-                return Err(failed_start(f, &log, &format!("etcd member {i}")));
+                let log = member_log(run_dir, service, i);
+                return Err(failed_start(f, &log, &format!("{service} member {i}")));
             }
         }
         let port = free_port(HOST)?;
@@ -263,8 +290,8 @@ impl DockerBackend {
         for (i, m) in self.members.iter().enumerate() {
             m.wait_healthy(d).await.with_context(|| {
                 format!(
-                    "etcd member {i} did not start; see {}",
-                    run_dir.join(format!("etcd-{i}.log")).display()
+                    "{service} member {i} did not start; see {}",
+                    member_log(run_dir, service, i).display()
                 )
             })?;
         }
@@ -452,6 +479,16 @@ impl Drop for DockerBackend {
     }
 }
 
+/// Member `i`'s log in the run directory: `etcd-N.log`, `zk-N.log`, as on the
+/// process backend.
+fn member_log(run_dir: &Path, service: ServiceKind, i: usize) -> std::path::PathBuf {
+    let short = match service {
+        ServiceKind::Etcd => "etcd",
+        ServiceKind::Zookeeper => "zk",
+    };
+    crate::rundir::member_log(run_dir, short, i)
+}
+
 /// The error of a container that did not come up; what it printed is saved to
 /// `log` first (its container is already gone).
 fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
@@ -465,7 +502,7 @@ fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
 }
 
 /// `fencecheck images`: builds (or reuses) an etcd image per version, the storage
-/// image and the reaper image; one line per image.
+/// image, the reaper image and the ZooKeeper image; one line per image.
 pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<Vec<String>> {
     let e = engine(ENGINE_TIMEOUT)
         .await
@@ -474,7 +511,7 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     let mut lines = Vec::new();
     let mut show = |what: &str, i: &Image| {
         lines.push(format!(
-            "{what:<8} {} {} ({})",
+            "{what:<9} {} {} ({})",
             i.tag,
             i.id,
             if i.reused { "reused" } else { "built" }
@@ -488,6 +525,15 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     show("storage", &i);
     let i = images::reaper_image(&e.docker, &say).await?;
     show("reaper", &i);
+    // ZooKeeper only where it is installed (`ci/bootstrap.sh`): its image packages
+    // the host's JRE and jars.
+    match tokio::task::block_in_place(|| ZkDeploy::find(&say)) {
+        Ok(zk) => {
+            let i = images::zookeeper_image(&e.docker, &zk, &say).await?;
+            show("zookeeper", &i);
+        }
+        Err(e) => lines.push(format!("zookeeper (skipped: {e:#})")),
+    }
     Ok(lines)
 }
 
