@@ -66,7 +66,9 @@ fn zk_pause_is_fenced_by_czxid() {
 }
 
 fn history_of(r: &Value) -> Vec<Value> {
-    history(std::path::Path::new(r["run"]["run_dir"].as_str().expect("run_dir")))
+    history(std::path::Path::new(
+        r["run"]["run_dir"].as_str().expect("run_dir"),
+    ))
 }
 
 #[test]
@@ -107,7 +109,10 @@ fn zk_leader_kill_on_three_members_loses_nothing() {
     assert_eq!(n(&c["lost"]), 0, "{c}");
     assert_eq!(r["run"]["etcd_members"], 3);
     let kills = faults_of(&r, "kill");
-    assert!(leaders_killed(&kills) >= 1, "no leader was killed: {kills:?}");
+    assert!(
+        leaders_killed(&kills) >= 1,
+        "no leader was killed: {kills:?}"
+    );
 }
 
 #[test]

@@ -133,6 +133,23 @@ impl Backend {
         }
     }
 
+    /// Kills the storage outright (SIGKILL; its log stays). Process backend only:
+    /// `validate` refuses the fault on docker.
+    pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        match self {
+            Backend::Process(b) => b.kill_storage().await,
+            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
+        }
+    }
+
+    /// Starts the storage again on its log and waits until it answers.
+    pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        match self {
+            Backend::Process(b) => b.restart_storage().await,
+            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
+        }
+    }
+
     /// Cuts members off from the others (`on`) or lets them back. The process
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use fencecheck_storage::Fencing;
+pub use fencecheck_storage::{Durability, Fencing};
 
 mod expect;
 mod fault;
@@ -263,6 +263,10 @@ pub struct Storage {
     pub fencing: Fencing,
     #[serde(default)]
     pub token: TokenName,
+    /// How far fencecheck's storage takes a record before answering: `flush` (to
+    /// the kernel; survives a kill of the storage) or `fsync` (per record).
+    #[serde(default)]
+    pub durability: Durability,
 }
 
 impl Default for Storage {
@@ -270,6 +274,7 @@ impl Default for Storage {
         Storage {
             fencing: defaults::fencing(),
             token: TokenName::default(),
+            durability: Durability::default(),
         }
     }
 }
@@ -508,5 +513,27 @@ mutex_overlaps = ">0"
         let e = Scenario::parse(text, "t.toml").unwrap_err();
         assert!(e.message.contains("fault #2"), "{e}");
         assert_eq!(e.line, Some(6), "{e}");
+    }
+
+    #[test]
+    fn storage_kill_and_durability_are_refused_where_the_backend_cannot() {
+        let base = "name = \"x\"\n[storage]\ndurability = \"fsync\"\n\
+                    [[fault]]\nkind = \"kill\"\ntarget = \"storage\"\nat = \"2s\"\n";
+        let s = Scenario::parse(base, "k.toml").expect("process/auto: valid");
+        assert_eq!(s.storage.durability, Durability::Fsync);
+        let docker = format!("{base}[cluster]\nbackend = \"docker\"\n");
+        let e = Scenario::parse(&docker, "k.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = validate::check_backend(&s, BackendKind::Docker, base, "k.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let nofsync = base.replace("durability = \"fsync\"", "");
+        let e = validate::check_backend(&s_of(&nofsync), BackendKind::Docker, &nofsync, "k.toml")
+            .unwrap_err();
+        assert!(e.message.contains("kill of the storage"), "{e}");
+        assert_eq!(e.line, Some(5), "{e}");
+    }
+
+    fn s_of(text: &str) -> Scenario {
+        Scenario::parse(text, "t.toml").expect("valid")
     }
 }

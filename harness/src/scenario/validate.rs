@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    BackendKind, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind, Target,
-    TokenMode,
+    BackendKind, Durability, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind,
+    Target, TokenMode,
 };
 use crate::service::{self, Availability};
 
@@ -49,10 +49,24 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
             "storage.token = \"none\" needs storage.fencing = \"off\" (nothing to compare)".into(),
         ));
     }
+    if let Some(why) = storage_unavailable(s, s.cluster.backend) {
+        return Err(err("durability", why));
+    }
     for i in 0..s.faults.len() {
         fault_rules(s, i, text, file)?;
     }
     Ok(())
+}
+
+/// What of `[storage]` the backend cannot honour. The docker backend's storage
+/// container is started with its fencing mode alone, so it would silently run
+/// `flush`: refused rather than reported as fsync.
+fn storage_unavailable(s: &Scenario, backend: BackendKind) -> Option<String> {
+    (backend == BackendKind::Docker && s.storage.durability == Durability::Fsync).then(|| {
+        "storage.durability = \"fsync\" is honoured on the process backend only (the docker \
+         backend's storage runs with flush); use backend = \"process\""
+            .to_string()
+    })
 }
 
 /// The service, its version, its TTL and its token names.
@@ -164,7 +178,7 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
             matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
         }
         FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
-        FaultKind::Kill => t.is_members(),
+        FaultKind::Kill => t.is_members() || t == Target::Storage,
     };
     if !ok_target {
         let want = match f.kind {
@@ -181,8 +195,8 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
                  etcd-majority-minority)"
             }
             FaultKind::Kill => {
-                "a member target: leader, member:N, all-members, majority, minority or \
-                 random-members"
+                "a member target (leader, member:N, all-members, majority, minority, \
+                 random-members) or storage"
             }
         };
         return Err(ferr(
@@ -267,6 +281,13 @@ pub fn check_backend(
     text: &str,
     file: &str,
 ) -> Result<(), ScenarioError> {
+    if let Some(why) = storage_unavailable(s, backend) {
+        return Err(ScenarioError {
+            file: file.to_string(),
+            line: line_of_key(text, "durability"),
+            message: why,
+        });
+    }
     for (i, f) in s.faults.iter().enumerate() {
         if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
         {
