@@ -79,6 +79,7 @@ async fn member_addresses(
 impl ProcessBackend {
     pub async fn start(
         scenario: &Scenario,
+        external: Option<SocketAddr>,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(ProcessBackend, Deployment)> {
@@ -89,8 +90,12 @@ impl ProcessBackend {
         let (addrs, proxies) = member_addresses(n, deploy.peer_ports()).await?;
         let plan = deploy.process_plan(scenario, run_dir, &addrs)?;
         say(&format!(
-            "starting {n} {svc} {} member(s) and the storage service",
-            plan.version
+            "starting {n} {svc} {} member(s){}",
+            plan.version,
+            match external {
+                None => " and the storage service".to_string(),
+                Some(a) => format!("; the storage is yours, at {a}"),
+            }
         ));
         let mut backend = ProcessBackend {
             members: Vec::new(),
@@ -107,22 +112,16 @@ impl ProcessBackend {
             }
             backend.members.push(m);
         }
-        let spec = match StorageSpec::new(scenario, run_dir) {
-            Ok(spec) => spec,
-            Err(e) => {
-                backend.stop().await;
-                return Err(e);
-            }
+        let storage_addr = match external {
+            Some(addr) => addr,
+            None => match backend.start_storage(scenario, run_dir) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    backend.stop().await;
+                    return Err(e);
+                }
+            },
         };
-        let storage_addr = spec.addr;
-        match spec.spawn() {
-            Ok(child) => backend.storage = Some(child),
-            Err(e) => {
-                backend.stop().await;
-                return Err(e);
-            }
-        }
-        backend.storage_spec = Some(spec);
         for (i, a) in addrs.iter().enumerate() {
             let what = format!("{svc} member {i} at {}", a.client);
             if let Err(e) = service::wait_ready(svc, &what, a.client, READY_DEADLINE).await {
@@ -131,12 +130,17 @@ impl ProcessBackend {
                 return Err(e.context(format!("see {log}")));
             }
         }
-        if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
-            backend.stop().await;
-            return Err(e.context(format!(
-                "see {}",
-                run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
-            )));
+        // A storage of the user's own was probed before the run began (its /health
+        // is not part of the protocol); ours is polled until it answers.
+        let ours = external.is_none();
+        if ours {
+            if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
+                backend.stop().await;
+                return Err(e.context(format!(
+                    "see {}",
+                    run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
+                )));
+            }
         }
         let deployment = Deployment {
             service: svc,
@@ -148,6 +152,14 @@ impl ProcessBackend {
             backend_reason: String::new(),
         };
         Ok((backend, deployment))
+    }
+
+    fn start_storage(&mut self, scenario: &Scenario, run_dir: &Path) -> Result<SocketAddr> {
+        let spec = StorageSpec::new(scenario, run_dir)?;
+        let addr = spec.addr;
+        self.storage = Some(spec.spawn()?);
+        self.storage_spec = Some(spec);
+        Ok(addr)
     }
 
     fn pid_of(&self, who: Service) -> Result<u32> {

@@ -21,7 +21,7 @@ mod validate;
 pub use expect::{Count, Expect};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
-pub use validate::check_backend;
+pub use validate::{check_backend, http_url, line_of_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -256,9 +256,43 @@ impl TokenName {
     }
 }
 
+/// Where the fenced writes land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageKind {
+    /// fencecheck's own storage service, started by the backend; its durable log
+    /// (`storage.jsonl`) is what the checkers judge from.
+    #[default]
+    Fencecheck,
+    /// The user's own service at `url`, speaking `docs/storage-protocol.md`; no
+    /// log, so the checkers judge from the client-observed history.
+    Http,
+}
+
+impl StorageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageKind::Fencecheck => "fencecheck",
+            StorageKind::Http => "http",
+        }
+    }
+
+    /// Does this kind leave a storage log for the checkers?
+    pub fn has_log(self) -> bool {
+        self == StorageKind::Fencecheck
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Storage {
+    #[serde(default)]
+    pub kind: StorageKind,
+    /// `kind = "http"`: the service's endpoint, `http://host:port/path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// What the storage compares: fencecheck's storage is started with it; a
+    /// user's service (`http`) is taken to do it (the linearizability model).
     #[serde(default = "defaults::fencing")]
     pub fencing: Fencing,
     #[serde(default)]
@@ -272,6 +306,8 @@ pub struct Storage {
 impl Default for Storage {
     fn default() -> Self {
         Storage {
+            kind: StorageKind::default(),
+            url: None,
             fencing: defaults::fencing(),
             token: TokenName::default(),
             durability: Durability::default(),
