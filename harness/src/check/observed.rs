@@ -232,3 +232,76 @@ pub fn counter(rec: &Recorded) -> CounterCheck {
         keys: out,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Process;
+
+    /// Worker `w`'s `f` with grant `g`, invoked at `t0`, completed `kind` at `t1`.
+    fn op(w: u32, f: F, g: i64, id: u64, t0: u64, t1: u64, kind: EventType) -> Vec<Event> {
+        let mut inv = Event::new(Process::Worker(w), EventType::Invoke, f);
+        inv.key = Some("k0".into());
+        inv.grant = Some(g);
+        inv.request_id = Some(id);
+        inv.time_ns = t0;
+        let mut done = inv.clone();
+        done.kind = kind;
+        done.time_ns = t1;
+        vec![inv, done]
+    }
+
+    fn rec(ops: Vec<Vec<Event>>) -> Recorded {
+        let mut evs: Vec<Event> = ops.into_iter().flatten().collect();
+        evs.sort_by_key(|e| e.time_ns);
+        Recorded::new(evs, Vec::new())
+    }
+
+    #[test]
+    fn a_write_sent_after_a_newer_grant_returned_is_judged_by_real_time() {
+        let r = rec(vec![
+            op(1, F::Write, 10, 1, 0, 10, EventType::Ok),
+            op(2, F::Read, 12, 1, 20, 30, EventType::Ok),
+            // Sent after the newer read returned, accepted: a violation.
+            op(1, F::Write, 10, 2, 40, 50, EventType::Ok),
+            // Sent after it too, refused: fencing at work.
+            op(1, F::Write, 10, 3, 60, 70, EventType::Fail),
+        ]);
+        let c = fencing(&r);
+        assert_eq!(
+            (c.stale_accepted, c.stale_rejected, c.fresh_rejected),
+            (1, 1, 0)
+        );
+        assert_eq!(c.violations[0].newer.revision, Some(12));
+        assert_eq!(c.valid, Validity::Invalid);
+    }
+
+    #[test]
+    fn concurrent_with_the_newer_grant_is_not_a_violation() {
+        let r = rec(vec![
+            op(2, F::Read, 12, 1, 20, 40, EventType::Ok),
+            op(1, F::Write, 10, 1, 30, 50, EventType::Ok),
+            op(3, F::Write, 14, 1, 60, 70, EventType::Fail),
+        ]);
+        let c = fencing(&r);
+        assert_eq!(c.stale_accepted, 0);
+        assert_eq!(c.fresh_rejected, 1, "the newest grant refused");
+    }
+
+    #[test]
+    fn counter_counts_acknowledged_increments_missing_from_the_final_read() {
+        let mut evs = vec![
+            op(1, F::Write, 10, 1, 0, 10, EventType::Ok),
+            op(2, F::Write, 12, 1, 20, 30, EventType::Ok),
+            op(1, F::Write, 10, 2, 40, 50, EventType::Ok),
+        ];
+        let mut fin = Event::new(Process::Named("final".into()), EventType::Ok, F::FinalRead);
+        fin.key = Some("k0".into());
+        fin.value = Some(2);
+        fin.time_ns = 100;
+        evs.push(vec![fin]);
+        let c = counter(&rec(evs));
+        assert_eq!((c.acknowledged, c.lost), (3, 1));
+        assert_eq!(c.valid, Validity::Invalid);
+    }
+}
