@@ -569,6 +569,30 @@ mutex_overlaps = ">0"
         assert_eq!(e.line, Some(5), "{e}");
     }
 
+    #[test]
+    fn http_storage_rules_point_at_their_lines() {
+        let e =
+            Scenario::parse("name = \"x\"\n[storage]\nkind = \"http\"\n", "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let text = "name = \"x\"\n[storage]\nkind = \"http\"\nurl = \"https://db:443/\"\n";
+        let e = Scenario::parse(text, "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("plain http"), "{e}");
+        let e = Scenario::parse("name = \"x\"\n[storage]\nurl = \"http://a:1/\"\n", "h.toml")
+            .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let ok =
+            "name = \"x\"\n[storage]\nkind = \"http\"\nurl = \"http://127.0.0.1:7070/kv?t=1\"\n";
+        let s = s_of(ok);
+        assert_eq!(
+            http_url(s.storage.url.as_deref().unwrap_or_default()),
+            Ok(("127.0.0.1".into(), 7070, "/kv?t=1".into()))
+        );
+        let paused = format!("{ok}[[fault]]\nkind = \"pause\"\ntarget = \"storage\"\nat = \"1s\"\nduration = \"1s\"\n");
+        let e = Scenario::parse(&paused, "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+    }
+
     fn s_of(text: &str) -> Scenario {
         Scenario::parse(text, "t.toml").expect("valid")
     }
