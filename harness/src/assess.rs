@@ -51,18 +51,27 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     )
     .with_context(|| format!("{}: unreadable", run_dir.join(RUN_INFO).display()))?;
     let scenario = Scenario::load(&run_dir.join(SCENARIO))?;
-    let (rec, mut problems) = load(run_dir)?;
+    let storage_log = scenario.storage.kind.has_log();
+    let (rec, mut problems) = load(run_dir, storage_log)?;
 
-    let checks = check::run_all(&rec, scenario.storage.fencing);
+    let checks = check::run_all(&rec, scenario.storage.fencing, storage_log);
     let keepalive_lost = check::keepalive_lost(&rec.events);
     let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
     let incomplete = incomplete(&rec, scenario.workload.keys);
     // A run that recorded nothing proves nothing, and a run that never reached its
     // end proves only part: neither passes.
     let mut passed = expectations.iter().all(|e| e.met) && incomplete.is_none();
-    if rec.events.iter().all(|e| e.process.worker().is_none())
-        || !rec.storage.iter().any(|r| r.request.client != "final")
-    {
+    let storage_ops = if storage_log {
+        rec.storage.iter().any(|r| r.request.client != "final")
+    } else {
+        // No log: the workers' own record of served reads and answered writes.
+        rec.events.iter().any(|e| {
+            e.process.worker().is_some()
+                && matches!(e.f, F::Read | F::Write)
+                && matches!(e.kind, EventType::Ok | EventType::Fail)
+        })
+    };
+    if rec.events.iter().all(|e| e.process.worker().is_none()) || !storage_ops {
         passed = false;
         problems.push("the run recorded no worker operations: nothing was tested".into());
     }
@@ -86,9 +95,9 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
 
 /// Reads the recorded files: the per-process event files (the source of truth;
 /// `history.jsonl` is rewritten as their merge — a run killed before merging still
-/// has them), the storage log, and the service observations. Torn or unreadable
-/// lines are problems, not errors.
-pub fn load(run_dir: &Path) -> Result<(Recorded, Vec<String>)> {
+/// has them), the storage log (when the storage keeps one: `storage_log`), and the
+/// service observations. Torn or unreadable lines are problems, not errors.
+pub fn load(run_dir: &Path, storage_log: bool) -> Result<(Recorded, Vec<String>)> {
     let files = event_files(run_dir)?;
     let (events, mut problems) = if files.is_empty() {
         history::read_jsonl::<Event>(&run_dir.join(HISTORY))
@@ -101,6 +110,8 @@ pub fn load(run_dir: &Path) -> Result<(Recorded, Vec<String>)> {
     let storage_path = run_dir.join(STORAGE_LOG);
     let (storage, p) = if storage_path.exists() {
         history::read_jsonl::<LogRecord>(&storage_path)?
+    } else if !storage_log {
+        (Vec::new(), Vec::new())
     } else {
         (
             Vec::new(),

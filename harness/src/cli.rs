@@ -136,6 +136,8 @@ enum Command {
         log: PathBuf,
         #[arg(long)]
         fencing: fencecheck_storage::Fencing,
+        #[arg(long, default_value = "flush")]
+        durability: fencecheck_storage::Durability,
     },
 }
 
@@ -277,7 +279,8 @@ pub fn main() -> i32 {
             listen,
             log,
             fencing,
-        } => storage(listen, log, fencing),
+            durability,
+        } => storage(listen, log, fencing, durability),
     }
 }
 
@@ -449,12 +452,13 @@ fn storage(
     listen: std::net::SocketAddr,
     log: PathBuf,
     fencing: fencecheck_storage::Fencing,
+    durability: fencecheck_storage::Durability,
 ) -> i32 {
     block_on(true, async {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        match fencecheck_storage::serve(listen, log, fencing, None, shutdown).await {
+        match fencecheck_storage::serve(listen, log, fencing, durability, None, shutdown).await {
             Ok(()) => EXIT_PASS,
             Err(e) => error(format!("storage: {e:#}")),
         }

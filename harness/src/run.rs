@@ -20,7 +20,7 @@ use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
 use crate::rundir;
-use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind};
+use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
 use crate::service::{self, observe::ObservationWriter, LockService};
 use crate::worker::WorkerConfig;
 
@@ -87,6 +87,8 @@ struct Run<'a> {
     seed: u64,
     dir: PathBuf,
     quiet: bool,
+    /// The path (and query) of the storage's endpoint: "/" for fencecheck's own.
+    storage_path: String,
 }
 
 impl Run<'_> {
@@ -135,10 +137,15 @@ pub async fn run(
         let file = scenario_path.display().to_string();
         crate::scenario::check_backend(&scenario, chosen, &text, &file)?;
     }
+    let external = external_storage(&scenario, scenario_path).await?;
     let run = Run {
         path: scenario_path,
         s: &scenario,
         seed,
+        storage_path: external
+            .as_ref()
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| "/".into()),
         dir: o
             .out
             .clone()
@@ -156,8 +163,14 @@ pub async fn run(
     ));
 
     let say = |m: &str| run.say(m);
-    let (backend, dep) =
-        Backend::start(scenario.cluster.backend, &scenario, &run.dir, &say).await?;
+    let (backend, dep) = Backend::start(
+        scenario.cluster.backend,
+        &scenario,
+        external.map(|(a, _)| a),
+        &run.dir,
+        &say,
+    )
+    .await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
     let links = Links::start(
         scenario.workload.workers,
@@ -180,6 +193,35 @@ pub async fn run(
     run.say("checking the recorded history");
     let report = assess::assess(&run.dir)?;
     Ok((report, run.dir))
+}
+
+/// A storage of the user's own (`kind = "http"`): its address and path, once it has
+/// answered a protocol probe. Unreachable or not speaking the protocol is bad
+/// input, found before anything starts (exit 2, naming the `url` line).
+async fn external_storage(
+    s: &Scenario,
+    scenario_path: &Path,
+) -> Result<Option<(std::net::SocketAddr, String)>, RunError> {
+    let (StorageKind::Http, Some(url)) = (s.storage.kind, s.storage.url.as_deref()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(scenario_path).unwrap_or_default();
+    let bad = |message: String| crate::scenario::ScenarioError {
+        file: scenario_path.display().to_string(),
+        line: crate::scenario::line_of_key(&text, "url"),
+        message: format!("storage.url = {url:?}: {message}"),
+    };
+    let (host, port, path) = crate::scenario::http_url(url).map_err(&bad)?;
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|e| bad(format!("cannot resolve {host}: {e}")))?
+        .next()
+        .ok_or_else(|| bad(format!("{host} resolves to no address")))?;
+    let direct = format!("http://{addr}{path}");
+    crate::resource::fencecheck::probe(&direct, Duration::from_secs(5))
+        .await
+        .map_err(|e| bad(format!("no protocol answer from {direct}: {e:#}")))?;
+    Ok(Some((addr, path)))
 }
 
 /// Workers, observer and nemesis against a started backend. Everything started
@@ -231,7 +273,7 @@ async fn drive(
     observer.stop().await;
     // A short quiet period, then the final read of every key by a fresh client.
     tokio::time::sleep(QUIET).await;
-    final_reads(run.s, dep, &run.dir).await?;
+    final_reads(run, dep).await?;
     Ok(())
 }
 
@@ -265,6 +307,10 @@ fn write_run_info(
         ttl_s: s.lock.ttl.as_secs(),
         fencing: s.storage.fencing.as_str().to_string(),
         token: s.storage.token.as_str().to_string(),
+        resource: match s.storage.kind {
+            StorageKind::Fencecheck => format!("fencecheck ({})", s.storage.durability.as_str()),
+            StorageKind::Http => format!("http {}", s.storage.url.as_deref().unwrap_or_default()),
+        },
         time_origin_ns: start_ns,
         time_end_ns: end_ns,
         schedule: plan
@@ -299,7 +345,11 @@ fn start_workers(
                 ttl: s.lock.ttl,
                 worker: id,
             },
-            storage_url: links.storage_url(id),
+            storage_url: format!(
+                "{}{}",
+                links.storage_url(id).trim_end_matches('/'),
+                run.storage_path
+            ),
             token: s.storage.token.mode(),
             keys: s.workload.keys,
             ops_per_hold: s.workload.ops_per_hold,
@@ -417,12 +467,13 @@ impl Observer {
 
 /// Reads every key once through a fresh client, straight to the storage, and
 /// records it as process `final`: the value the checkers compare against.
-async fn final_reads(s: &Scenario, dep: &Deployment, run_dir: &Path) -> Result<()> {
-    let mut log = EventWriter::create(&run_dir.join(rundir::FINAL_EVENTS))?;
+async fn final_reads(run: &Run<'_>, dep: &Deployment) -> Result<()> {
+    let s = run.s;
+    let mut log = EventWriter::create(&run.dir.join(rundir::FINAL_EVENTS))?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
-    let url = format!("http://{}/", dep.storage);
+    let url = format!("http://{}{}", dep.storage, run.storage_path);
     for k in 0..s.workload.keys {
         let key = format!("k{k}");
         let mut inv = Event::new(
@@ -442,16 +493,7 @@ async fn final_reads(s: &Scenario, dep: &Deployment, run_dir: &Path) -> Result<(
             client: "final".into(),
             request_id: u64::from(k) + 1,
         };
-        let res = async {
-            let r = http
-                .post(&url)
-                .json(&req)
-                .send()
-                .await?
-                .error_for_status()?;
-            anyhow::Ok(r.json::<fencecheck_storage::Answer>().await?)
-        }
-        .await;
+        let res = crate::resource::fencecheck::call(&http, &url, &req).await;
         let mut e = Event::new(Process::Named("final".into()), EventType::Ok, F::FinalRead);
         e.key = Some(key);
         match res {

@@ -140,17 +140,27 @@ pub fn summary_line(o: &Outcome) -> String {
 
 pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
     let mut s =
-        String::from("\nscenario               service          verdict   time    key counts\n");
+        String::from("\nscenario               service          resource            verdict   time    key counts\n");
     for o in outcomes {
         let service = o
             .report
             .as_ref()
             .map(|r| format!("{} {}", r.run.service, r.run.service_version))
             .unwrap_or_else(|| "-".into());
+        // The storage kind, without an http URL's address (it is in the report).
+        let resource = o
+            .report
+            .as_ref()
+            .map(|r| match r.run.resource.strip_prefix("http ") {
+                Some(_) => "http".to_string(),
+                None => r.run.resource.clone(),
+            })
+            .unwrap_or_else(|| "-".into());
         s.push_str(&format!(
-            "{:<22} {:<16} {:<7} {:>6.1}s   {}\n",
+            "{:<22} {:<16} {:<19} {:<7} {:>6.1}s   {}\n",
             o.name,
             service,
+            resource,
             verdict_word(o),
             o.elapsed_s,
             counts(o)

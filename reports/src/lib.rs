@@ -24,6 +24,10 @@ fn default_service() -> String {
     "etcd".into()
 }
 
+fn default_resource() -> String {
+    "fencecheck".into()
+}
+
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Validity {
@@ -128,6 +132,10 @@ pub struct RunInfo {
     pub ttl_s: u64,
     pub fencing: String,
     pub token: String,
+    /// Where the fenced writes landed: "fencecheck (flush)", "fencecheck (fsync)",
+    /// "http <url>"; absent before fenced resources were a choice.
+    #[serde(default = "default_resource")]
+    pub resource: String,
     pub time_origin_ns: u64,
     pub time_end_ns: u64,
     /// The planned fault schedule (same seed → same schedule).
@@ -163,6 +171,19 @@ pub struct Checks {
     /// (schema 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<TokenCheck>,
+    /// Set when fencing and the counter were not judged from a storage log (a
+    /// storage of the user's own): from what, and which judgements are weaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged_from: Option<JudgedFrom>,
+}
+
+/// What the checks were judged from when it was not the storage's own log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgedFrom {
+    /// "client-history": the workers' invoke/complete events and the final reads.
+    pub source: String,
+    /// One sentence per judgement that is weaker than with a log, and why.
+    pub weaker: Vec<String>,
 }
 
 /// One write as the storage logged it, with who sent it.

@@ -2,8 +2,13 @@
 //!
 //! One `POST /` endpoint takes a JSON [`Request`] (`read` or `write`), decides a
 //! [`Verdict`] under the configured [`Fencing`] mode, appends a [`LogRecord`] to the
-//! durable log (`storage.jsonl`) and flushes it **before** answering, so the log is
-//! never behind what a client was told. `GET /history` returns the log.
+//! durable log (`storage.jsonl`) **before** answering — written to the kernel, and
+//! with [`Durability::Fsync`] also fsynced — so the log is never behind what a
+//! client was told. `GET /history` returns the log.
+//!
+//! The log is also the state: a storage killed and started again on the same log
+//! rebuilds every key's value and max token, and its sequence number, from it
+//! (a torn last line, left by a kill mid-write, was never answered and is cut off).
 //!
 //! The state is one mutex-protected map: the service is a linearizable register per
 //! key by construction, which is what the `linearizable` checker validates from the
@@ -62,6 +67,42 @@ impl std::str::FromStr for Fencing {
             "off" => Ok(Fencing::Off),
             other => Err(format!(
                 "unknown fencing mode {other:?}, expected monotonic, exact or off"
+            )),
+        }
+    }
+}
+
+/// How far a record goes before the client is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// `write(2)` to the kernel: survives a SIGKILL of the storage (the page cache
+    /// outlives the process), not a machine crash or power loss. Today's default:
+    /// no disk wait per request.
+    #[default]
+    Flush,
+    /// `fdatasync(2)` after every record, before answering: survives a machine
+    /// crash too, at the cost of a disk round trip per request.
+    Fsync,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Flush => "flush",
+            Durability::Fsync => "fsync",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "flush" => Ok(Durability::Flush),
+            "fsync" => Ok(Durability::Fsync),
+            other => Err(format!(
+                "unknown durability {other:?}, expected flush or fsync"
             )),
         }
     }
@@ -137,6 +178,7 @@ struct Cell {
 /// is the order in which requests took effect.
 pub struct Store {
     fencing: Fencing,
+    durability: Durability,
     inner: Mutex<Inner>,
 }
 
@@ -164,24 +206,20 @@ pub fn monotonic_ns() -> u64 {
 impl Store {
     /// Opens (appending to) the log at `log_path`. Appending keeps the earlier records
     /// of a restarted storage; state is rebuilt from them so fencing survives restarts.
-    pub fn open(log_path: &Path, fencing: Fencing) -> std::io::Result<Store> {
-        let mut cells = HashMap::new();
-        let mut seq = 0;
-        if log_path.exists() {
-            let text = std::fs::read_to_string(log_path)?;
-            for line in text.lines() {
-                // A torn last line (killed mid-write) is skipped: it was never answered.
-                if let Ok(rec) = serde_json::from_str::<LogRecord>(line) {
-                    seq = rec.seq;
-                    cells.insert(
-                        rec.request.key.clone(),
-                        Cell {
-                            value: rec.value_after,
-                            token: rec.token_after,
-                        },
-                    );
-                }
-            }
+    pub fn open(
+        log_path: &Path,
+        fencing: Fencing,
+        durability: Durability,
+    ) -> std::io::Result<Store> {
+        let (cells, seq, records) = rebuild(log_path)?;
+        if records > 0 {
+            tracing::info!(
+                records,
+                keys = cells.len(),
+                seq,
+                "state rebuilt from {}",
+                log_path.display()
+            );
         }
         let log = OpenOptions::new()
             .create(true)
@@ -189,6 +227,7 @@ impl Store {
             .open(log_path)?;
         Ok(Store {
             fencing,
+            durability,
             inner: Mutex::new(Inner { cells, log, seq }),
         })
     }
@@ -220,7 +259,14 @@ impl Store {
         };
         let mut line = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
         line.push(b'\n');
-        if let Err(e) = inner.log.write_all(&line).and_then(|_| inner.log.flush()) {
+        let durability = self.durability;
+        let written = inner.log.write_all(&line).and_then(|_| match durability {
+            // `File` has no user-space buffer: after write_all the record is the
+            // kernel's, which a SIGKILL of this process cannot take back.
+            Durability::Flush => inner.log.flush(),
+            Durability::Fsync => inner.log.sync_data(),
+        });
+        if let Err(e) = written {
             // Not logged means not applied: the client must not be told "accepted".
             inner.seq -= 1;
             return Err(format!("storage log write failed: {e}"));
@@ -237,6 +283,48 @@ impl Store {
     pub fn fencing(&self) -> Fencing {
         self.fencing
     }
+}
+
+/// Reads the log at `path` (if any) back into the state it describes: each key's
+/// last value and token, the last sequence number, and how many records there were.
+/// A torn last line (no newline: killed mid-write, so never answered) is cut off
+/// the file, so the next record starts on a line of its own instead of being glued
+/// to the torn one and lost to every reader.
+fn rebuild(path: &Path) -> std::io::Result<(HashMap<String, Cell>, u64, usize)> {
+    let mut cells = HashMap::new();
+    let (mut seq, mut records) = (0, 0);
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((cells, 0, 0)),
+        Err(e) => return Err(e),
+    };
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    if whole < bytes.len() {
+        tracing::warn!(
+            "{}: cutting off a torn last line ({} bytes)",
+            path.display(),
+            bytes.len() - whole
+        );
+        OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .set_len(whole as u64)?;
+    }
+    for line in bytes[..whole].split(|&b| b == b'\n') {
+        // An unreadable whole line is skipped, as every reader of the log does.
+        if let Ok(rec) = serde_json::from_slice::<LogRecord>(line) {
+            seq = rec.seq;
+            records += 1;
+            cells.insert(
+                rec.request.key.clone(),
+                Cell {
+                    value: rec.value_after,
+                    token: rec.token_after,
+                },
+            );
+        }
+    }
+    Ok((cells, seq, records))
 }
 
 fn decide(fencing: Fencing, req: &Request, before: Cell) -> (Verdict, Cell) {
@@ -338,13 +426,14 @@ pub async fn serve(
     listen: SocketAddr,
     log_path: PathBuf,
     fencing: Fencing,
+    durability: Durability,
     ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store = Arc::new(Store::open(&log_path, fencing)?);
+    let store = Arc::new(Store::open(&log_path, fencing, durability)?);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, ?fencing, log = %log_path.display(), "storage listening");
+    tracing::info!(%addr, ?fencing, ?durability, log = %log_path.display(), "storage listening");
     if let Some(tx) = ready {
         let _ = tx.send(addr);
     }
@@ -417,6 +506,43 @@ mod tests {
         );
         let (v, _) = decide(Fencing::Exact, &w(5, 3), c);
         assert_eq!(v, Verdict::Accepted);
+    }
+
+    #[tokio::test]
+    async fn restart_rebuilds_state_and_cuts_a_torn_line() {
+        let dir = std::env::temp_dir().join(format!("fc-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("storage.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let st = Store::open(&path, Fencing::Monotonic, Durability::Fsync).expect("open");
+        st.apply(w(5, 1)).await.expect("w1");
+        st.apply(w(7, 2)).await.expect("w2");
+        drop(st);
+        // A kill mid-write leaves half a record without its newline.
+        let mut f = OpenOptions::new().append(true).open(&path).expect("append");
+        f.write_all(b"{\"seq\":3,\"time_").expect("torn");
+        drop(f);
+        let st = Store::open(&path, Fencing::Monotonic, Durability::Flush).expect("reopen");
+        // Value, max token and seq survive: the stale token 5 is still refused.
+        let a = st.apply(w(5, 9)).await.expect("stale");
+        assert_eq!(
+            (a.verdict, a.value, a.seq),
+            (Verdict::RejectedStale, Some(2), 3)
+        );
+        let a = st.apply(w(7, 3)).await.expect("fresh");
+        assert_eq!((a.verdict, a.value, a.seq), (Verdict::Accepted, Some(3), 4));
+        drop(st);
+        let text = std::fs::read_to_string(&path).expect("read");
+        let seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<LogRecord>(l)
+                    .expect("every line whole")
+                    .seq
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

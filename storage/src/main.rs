@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use fencecheck_storage::{serve, Fencing};
+use fencecheck_storage::{serve, Durability, Fencing};
 
 #[derive(Parser)]
 #[command(version, about = "Fencing-aware KV service with a durable request log")]
@@ -20,6 +20,9 @@ struct Args {
     /// monotonic | exact | off
     #[arg(long, default_value = "monotonic")]
     fencing: Fencing,
+    /// flush (to the kernel: survives a kill of this process) | fsync (per record)
+    #[arg(long, default_value = "flush")]
+    durability: Durability,
 }
 
 #[tokio::main]
@@ -33,7 +36,16 @@ async fn main() {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    if let Err(e) = serve(args.listen, args.log, args.fencing, None, shutdown).await {
+    if let Err(e) = serve(
+        args.listen,
+        args.log,
+        args.fencing,
+        args.durability,
+        None,
+        shutdown,
+    )
+    .await
+    {
         eprintln!("fencecheck-storage: {e:#}");
         std::process::exit(2);
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use fencecheck_storage::{serve, Fencing, LogRecord, Verdict, MAX_BODY_BYTES};
+use fencecheck_storage::{serve, Durability, Fencing, LogRecord, Verdict, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 
 struct Server {
@@ -34,6 +34,7 @@ async fn start(fencing: Fencing) -> Server {
             "127.0.0.1:0".parse().expect("addr"),
             l,
             fencing,
+            Durability::Flush,
             Some(ready_tx),
             shutdown,
         )
@@ -170,11 +171,13 @@ async fn exact_mode_rejects_a_newer_token_and_off_accepts_a_stale_one() {
 async fn restart_keeps_the_fencing_state() {
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("storage.jsonl");
-    let store = fencecheck_storage::Store::open(&log, Fencing::Monotonic).expect("open");
+    let store =
+        fencecheck_storage::Store::open(&log, Fencing::Monotonic, Durability::Flush).expect("open");
     let req: fencecheck_storage::Request = serde_json::from_str(&write(12, 1, 1)).expect("req");
     store.apply(req).await.expect("apply");
     drop(store);
-    let store = fencecheck_storage::Store::open(&log, Fencing::Monotonic).expect("reopen");
+    let store = fencecheck_storage::Store::open(&log, Fencing::Monotonic, Durability::Flush)
+        .expect("reopen");
     let req: fencecheck_storage::Request = serde_json::from_str(&write(10, 2, 2)).expect("req");
     let a = store.apply(req).await.expect("apply");
     assert_eq!(a.verdict, Verdict::RejectedStale);

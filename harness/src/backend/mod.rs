@@ -58,9 +58,12 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Starts the lock service and, unless `external` names a storage of the
+    /// user's own (`[storage] kind = "http"`), fencecheck's storage.
     pub async fn start(
         kind: BackendKind,
         scenario: &Scenario,
+        external: Option<SocketAddr>,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(Backend, Deployment)> {
@@ -74,17 +77,19 @@ impl Backend {
                     )
                 })?;
                 let reason = format!("requested; Docker engine {}", engine.version);
-                return Backend::start_docker(engine, reason, scenario, run_dir, say).await;
+                return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
+                    .await;
             }
             BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
                 Ok(engine) => {
                     let reason = format!("auto: a Docker engine answered ({})", engine.version);
-                    return Backend::start_docker(engine, reason, scenario, run_dir, say).await;
+                    return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
+                        .await;
                 }
                 Err(e) => format!("auto: no Docker engine answered ({e:#}), so local processes"),
             },
         };
-        let (b, mut d) = process::ProcessBackend::start(scenario, run_dir, say).await?;
+        let (b, mut d) = process::ProcessBackend::start(scenario, external, run_dir, say).await?;
         d.backend_reason = reason;
         Ok((Backend::Process(b), d))
     }
@@ -93,11 +98,17 @@ impl Backend {
         engine: docker::Engine,
         reason: String,
         scenario: &Scenario,
+        external: Option<SocketAddr>,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(Backend, Deployment)> {
         let (b, mut d) = docker::DockerBackend::start(engine, scenario, run_dir, say).await?;
         d.backend_reason = reason;
+        // The docker backend always starts its storage container; with a storage of
+        // the user's own the workers' links lead there instead, and it idles.
+        if let Some(addr) = external {
+            d.storage = addr;
+        }
         Ok((Backend::Docker(b), d))
     }
 
@@ -130,6 +141,23 @@ impl Backend {
         match self {
             Backend::Process(b) => b.restart_member(i).await,
             Backend::Docker(b) => b.restart_member(i).await,
+        }
+    }
+
+    /// Kills the storage outright (SIGKILL; its log stays). Process backend only:
+    /// `validate` refuses the fault on docker.
+    pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        match self {
+            Backend::Process(b) => b.kill_storage().await,
+            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
+        }
+    }
+
+    /// Starts the storage again on its log and waits until it answers.
+    pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        match self {
+            Backend::Process(b) => b.restart_storage().await,
+            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
         }
     }
 

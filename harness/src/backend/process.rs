@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -34,6 +34,8 @@ struct Member {
 
 pub struct ProcessBackend {
     members: Vec<Member>,
+    /// How the storage is started (again, after a kill: same address, same log).
+    storage_spec: Option<StorageSpec>,
     storage: Option<Child>,
     /// Every peer proxy of every member.
     peer_proxies: Vec<Proxy>,
@@ -77,6 +79,7 @@ async fn member_addresses(
 impl ProcessBackend {
     pub async fn start(
         scenario: &Scenario,
+        external: Option<SocketAddr>,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(ProcessBackend, Deployment)> {
@@ -87,11 +90,16 @@ impl ProcessBackend {
         let (addrs, proxies) = member_addresses(n, deploy.peer_ports()).await?;
         let plan = deploy.process_plan(scenario, run_dir, &addrs)?;
         say(&format!(
-            "starting {n} {svc} {} member(s) and the storage service",
-            plan.version
+            "starting {n} {svc} {} member(s){}",
+            plan.version,
+            match external {
+                None => " and the storage service".to_string(),
+                Some(a) => format!("; the storage is yours, at {a}"),
+            }
         ));
         let mut backend = ProcessBackend {
             members: Vec::new(),
+            storage_spec: None,
             storage: None,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
             paused: HashSet::new(),
@@ -104,15 +112,15 @@ impl ProcessBackend {
             }
             backend.members.push(m);
         }
-        let storage_addr = match start_storage(scenario, run_dir) {
-            Ok((addr, child)) => {
-                backend.storage = Some(child);
-                addr
-            }
-            Err(e) => {
-                backend.stop().await;
-                return Err(e);
-            }
+        let storage_addr = match external {
+            Some(addr) => addr,
+            None => match backend.start_storage(scenario, run_dir) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    backend.stop().await;
+                    return Err(e);
+                }
+            },
         };
         for (i, a) in addrs.iter().enumerate() {
             let what = format!("{svc} member {i} at {}", a.client);
@@ -122,12 +130,17 @@ impl ProcessBackend {
                 return Err(e.context(format!("see {log}")));
             }
         }
-        if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
-            backend.stop().await;
-            return Err(e.context(format!(
-                "see {}",
-                run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
-            )));
+        // A storage of the user's own was probed before the run began (its /health
+        // is not part of the protocol); ours is polled until it answers.
+        let ours = external.is_none();
+        if ours {
+            if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
+                backend.stop().await;
+                return Err(e.context(format!(
+                    "see {}",
+                    run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
+                )));
+            }
         }
         let deployment = Deployment {
             service: svc,
@@ -139,6 +152,14 @@ impl ProcessBackend {
             backend_reason: String::new(),
         };
         Ok((backend, deployment))
+    }
+
+    fn start_storage(&mut self, scenario: &Scenario, run_dir: &Path) -> Result<SocketAddr> {
+        let spec = StorageSpec::new(scenario, run_dir)?;
+        let addr = spec.addr;
+        self.storage = Some(spec.spawn()?);
+        self.storage_spec = Some(spec);
+        Ok(addr)
     }
 
     fn pid_of(&self, who: Service) -> Result<u32> {
@@ -190,6 +211,37 @@ impl ProcessBackend {
         Ok(serde_json::json!({ "action": "restart", "pid": pid }))
     }
 
+    /// SIGKILLs the storage (its log stays: it is the storage's state).
+    pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        let mut c = self.storage.take().context("the storage is not running")?;
+        let pid = c.pid();
+        self.paused.remove(&pid);
+        c.stop(Duration::ZERO).await;
+        Ok(serde_json::json!({ "action": "SIGKILL", "pid": pid }))
+    }
+
+    /// Starts the storage again on the same address and log, and waits until it
+    /// answers: it rebuilds its state from the log before it listens.
+    pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        let spec = self
+            .storage_spec
+            .as_ref()
+            .context("this run has no storage of its own to restart")?;
+        if self.storage.is_none() {
+            self.storage = Some(spec.spawn()?);
+        }
+        let pid = self.storage.as_ref().map(|c| c.pid()).unwrap_or_default();
+        let t0 = std::time::Instant::now();
+        wait_http_healthy("storage", spec.addr, READY_DEADLINE)
+            .await
+            .with_context(|| format!("the restarted storage; see {}", spec.log.display()))?;
+        Ok(serde_json::json!({
+            "action": "restart",
+            "pid": pid,
+            "ready_ms": t0.elapsed().as_millis() as u64,
+        }))
+    }
+
     pub async fn heal(&mut self) -> Vec<String> {
         let mut done: Vec<String> = self
             .heal_paused()
@@ -200,6 +252,12 @@ impl ProcessBackend {
             if self.members[i].child.is_none() && self.restart_member(i).await.is_ok() {
                 done.push(format!("restarted member {i}"));
             }
+        }
+        if self.storage_spec.is_some()
+            && self.storage.is_none()
+            && self.restart_storage().await.is_ok()
+        {
+            done.push("restarted the storage".into());
         }
         done
     }
@@ -239,23 +297,44 @@ fn spawn_member(m: &mut Member) -> Result<()> {
     Ok(())
 }
 
-/// The storage service: this binary's hidden `storage` subcommand.
-fn start_storage(scenario: &Scenario, run_dir: &Path) -> Result<(SocketAddr, Child)> {
-    let port = free_port(STORAGE_HOST)?;
-    let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
-    let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("storage")
-        .arg("--listen")
-        .arg(addr.to_string())
-        .arg("--log")
-        .arg(run_dir.join(crate::rundir::STORAGE_LOG))
-        .arg("--fencing")
-        .arg(scenario.storage.fencing.as_str());
-    let child = spawn(
-        "storage",
-        cmd,
-        &run_dir.join(crate::rundir::STORAGE_PROCESS_LOG),
-    )?;
-    Ok((addr, child))
+/// The storage service: this binary's hidden `storage` subcommand, on a fixed
+/// address and log, so a restart after a kill is the same storage.
+struct StorageSpec {
+    addr: SocketAddr,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl StorageSpec {
+    fn new(scenario: &Scenario, run_dir: &Path) -> Result<StorageSpec> {
+        let port = free_port(STORAGE_HOST)?;
+        let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
+        let st = &scenario.storage;
+        let args = vec![
+            "storage".to_string(),
+            "--listen".into(),
+            addr.to_string(),
+            "--log".into(),
+            run_dir
+                .join(crate::rundir::STORAGE_LOG)
+                .display()
+                .to_string(),
+            "--fencing".into(),
+            st.fencing.as_str().into(),
+            "--durability".into(),
+            st.durability.as_str().into(),
+        ];
+        Ok(StorageSpec {
+            addr,
+            args,
+            log: run_dir.join(crate::rundir::STORAGE_PROCESS_LOG),
+        })
+    }
+
+    fn spawn(&self) -> Result<Child> {
+        let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(&self.args);
+        spawn("storage", cmd, &self.log)
+    }
 }

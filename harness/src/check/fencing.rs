@@ -114,7 +114,7 @@ pub fn check(rec: &Recorded) -> FencingCheck {
 }
 
 /// When the worker observed acquiring the grant with this revision.
-fn acquired_at(rec: &Recorded, client: &str, revision: i64) -> Option<u64> {
+pub(super) fn acquired_at(rec: &Recorded, client: &str, revision: i64) -> Option<u64> {
     rec.events
         .iter()
         .find(|e| {

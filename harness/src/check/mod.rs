@@ -7,9 +7,10 @@ pub mod fencing;
 pub mod findings;
 pub mod linearizable;
 pub mod mutex;
+pub mod observed;
 pub mod token;
 
-use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
+use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom, Validity};
 use fencecheck_storage::LogRecord;
 
 use crate::history::{Event, EventType, Process, F};
@@ -96,13 +97,33 @@ fn merge_json(into: &mut serde_json::Value, from: &serde_json::Value) {
     }
 }
 
-pub fn run_all(rec: &Recorded, storage_fencing: crate::scenario::Fencing) -> Checks {
+/// Every check. With a storage log (`storage_log`), fencing and the counter are
+/// judged from the storage's own order; without one (a storage of the user's own),
+/// from the client-observed history, and the report says what that gives up.
+pub fn run_all(
+    rec: &Recorded,
+    storage_fencing: crate::scenario::Fencing,
+    storage_log: bool,
+) -> Checks {
+    let (fencing, counter, judged_from) = if storage_log {
+        (fencing::check(rec), counter::check(rec), None)
+    } else {
+        (
+            observed::fencing(rec),
+            observed::counter(rec),
+            Some(JudgedFrom {
+                source: "client-history".into(),
+                weaker: observed::WEAKER.iter().map(|s| s.to_string()).collect(),
+            }),
+        )
+    };
     Checks {
-        fencing: fencing::check(rec),
+        fencing,
         mutex: mutex::check(rec),
-        counter: counter::check(rec),
+        counter,
         linearizable: Some(linearizable::check(rec, storage_fencing)),
         token: Some(token::check(rec)),
+        judged_from,
     }
 }
 

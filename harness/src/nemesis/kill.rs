@@ -1,22 +1,41 @@
-//! `kill`: SIGKILL an etcd member, then start it again on the same data dir after
-//! `restart_after`. The member rejoins and catches up from its peers.
+//! `kill`: SIGKILL service members (or the storage), then start them again on the
+//! same data after `restart_after`. A member rejoins and catches up from its peers;
+//! the storage rebuilds its state from its own log before it answers.
 
 use super::{Nemesis, Planned, Resolved};
 use crate::history::{EventType, F};
 
+/// One thing to kill: a member by index, or the storage.
+#[derive(Clone, Copy)]
+enum Victim {
+    Member(usize, bool),
+    Storage,
+}
+
 pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
-    let members = match target {
-        Resolved::Members(m) => m.clone(),
+    let victims: Vec<Victim> = match target {
+        Resolved::Members(m) => m
+            .iter()
+            .map(|m| Victim::Member(m.member, m.was_leader))
+            .collect(),
+        Resolved::Storage => vec![Victim::Storage],
         _ => Vec::new(),
     };
     let mut killed = Vec::new();
     let mut errors = Vec::new();
-    for m in &members {
-        match n.world.backend.lock().await.kill_member(m.member).await {
-            Ok(what) => killed.push(serde_json::json!({
-                "member": m.member, "was_leader": m.was_leader, "done": what
-            })),
-            Err(e) => errors.push(format!("kill member {}: {e:#}", m.member)),
+    for &v in &victims {
+        let mut b = n.world.backend.lock().await;
+        match v {
+            Victim::Member(m, was_leader) => match b.kill_member(m).await {
+                Ok(what) => killed.push(serde_json::json!({
+                    "member": m, "was_leader": was_leader, "done": what
+                })),
+                Err(e) => errors.push(format!("kill member {m}: {e:#}")),
+            },
+            Victim::Storage => match b.kill_storage().await {
+                Ok(what) => killed.push(serde_json::json!({ "storage": true, "done": what })),
+                Err(e) => errors.push(format!("kill storage: {e:#}")),
+            },
         }
     }
     let mut start = n.event(p, EventType::Invoke, F::Kill);
@@ -31,10 +50,17 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     n.record(&start);
     tokio::time::sleep(p.duration).await;
     let mut restarted = Vec::new();
-    for m in &members {
-        match n.world.backend.lock().await.restart_member(m.member).await {
-            Ok(what) => restarted.push(serde_json::json!({ "member": m.member, "done": what })),
-            Err(e) => errors.push(format!("restart member {}: {e:#}", m.member)),
+    for &v in &victims {
+        let mut b = n.world.backend.lock().await;
+        match v {
+            Victim::Member(m, _) => match b.restart_member(m).await {
+                Ok(what) => restarted.push(serde_json::json!({ "member": m, "done": what })),
+                Err(e) => errors.push(format!("restart member {m}: {e:#}")),
+            },
+            Victim::Storage => match b.restart_storage().await {
+                Ok(what) => restarted.push(serde_json::json!({ "storage": true, "done": what })),
+                Err(e) => errors.push(format!("restart storage: {e:#}")),
+            },
         }
     }
     let kind = if killed.is_empty() {

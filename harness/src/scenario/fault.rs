@@ -19,7 +19,8 @@ pub enum FaultKind {
     Delay,
     /// Blackhole the target's links: connections stay open, bytes are dropped.
     Partition,
-    /// SIGKILL service members; restart them on their data after `restart_after`.
+    /// SIGKILL service members (or the storage); restart them on their data after
+    /// `restart_after`.
     Kill,
 }
 
@@ -70,7 +71,7 @@ pub enum Target {
     /// etcd's leader plus enough members to make a minority, cut off from the
     /// majority.
     EtcdMajorityMinority,
-    /// The storage process.
+    /// The storage process (pause; kill on the process backend).
     Storage,
 }
 
@@ -232,7 +233,8 @@ pub struct FaultSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub latency_jitter: Option<Duration>,
-    /// kill: how long the member stays dead before it is restarted (default 3s).
+    /// kill: how long the member (or storage) stays dead before it is restarted
+    /// (default 3s).
     #[serde(
         default,
         with = "humantime_serde",

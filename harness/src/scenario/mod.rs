@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use fencecheck_storage::Fencing;
+pub use fencecheck_storage::{Durability, Fencing};
 
 mod expect;
 mod fault;
@@ -21,7 +21,7 @@ mod validate;
 pub use expect::{Count, Expect};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
-pub use validate::check_backend;
+pub use validate::{check_backend, http_url, line_of_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -256,20 +256,61 @@ impl TokenName {
     }
 }
 
+/// Where the fenced writes land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageKind {
+    /// fencecheck's own storage service, started by the backend; its durable log
+    /// (`storage.jsonl`) is what the checkers judge from.
+    #[default]
+    Fencecheck,
+    /// The user's own service at `url`, speaking `docs/storage-protocol.md`; no
+    /// log, so the checkers judge from the client-observed history.
+    Http,
+}
+
+impl StorageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageKind::Fencecheck => "fencecheck",
+            StorageKind::Http => "http",
+        }
+    }
+
+    /// Does this kind leave a storage log for the checkers?
+    pub fn has_log(self) -> bool {
+        self == StorageKind::Fencecheck
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Storage {
+    #[serde(default)]
+    pub kind: StorageKind,
+    /// `kind = "http"`: the service's endpoint, `http://host:port/path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// What the storage compares: fencecheck's storage is started with it; a
+    /// user's service (`http`) is taken to do it (the linearizability model).
     #[serde(default = "defaults::fencing")]
     pub fencing: Fencing,
     #[serde(default)]
     pub token: TokenName,
+    /// How far fencecheck's storage takes a record before answering: `flush` (to
+    /// the kernel; survives a kill of the storage) or `fsync` (per record).
+    #[serde(default)]
+    pub durability: Durability,
 }
 
 impl Default for Storage {
     fn default() -> Self {
         Storage {
+            kind: StorageKind::default(),
+            url: None,
             fencing: defaults::fencing(),
             token: TokenName::default(),
+            durability: Durability::default(),
         }
     }
 }
@@ -508,5 +549,51 @@ mutex_overlaps = ">0"
         let e = Scenario::parse(text, "t.toml").unwrap_err();
         assert!(e.message.contains("fault #2"), "{e}");
         assert_eq!(e.line, Some(6), "{e}");
+    }
+
+    #[test]
+    fn storage_kill_and_durability_are_refused_where_the_backend_cannot() {
+        let base = "name = \"x\"\n[storage]\ndurability = \"fsync\"\n\
+                    [[fault]]\nkind = \"kill\"\ntarget = \"storage\"\nat = \"2s\"\n";
+        let s = Scenario::parse(base, "k.toml").expect("process/auto: valid");
+        assert_eq!(s.storage.durability, Durability::Fsync);
+        let docker = format!("{base}[cluster]\nbackend = \"docker\"\n");
+        let e = Scenario::parse(&docker, "k.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = validate::check_backend(&s, BackendKind::Docker, base, "k.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let nofsync = base.replace("durability = \"fsync\"", "");
+        let e = validate::check_backend(&s_of(&nofsync), BackendKind::Docker, &nofsync, "k.toml")
+            .unwrap_err();
+        assert!(e.message.contains("kill of the storage"), "{e}");
+        assert_eq!(e.line, Some(5), "{e}");
+    }
+
+    #[test]
+    fn http_storage_rules_point_at_their_lines() {
+        let e =
+            Scenario::parse("name = \"x\"\n[storage]\nkind = \"http\"\n", "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let text = "name = \"x\"\n[storage]\nkind = \"http\"\nurl = \"https://db:443/\"\n";
+        let e = Scenario::parse(text, "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("plain http"), "{e}");
+        let e = Scenario::parse("name = \"x\"\n[storage]\nurl = \"http://a:1/\"\n", "h.toml")
+            .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let ok =
+            "name = \"x\"\n[storage]\nkind = \"http\"\nurl = \"http://127.0.0.1:7070/kv?t=1\"\n";
+        let s = s_of(ok);
+        assert_eq!(
+            http_url(s.storage.url.as_deref().unwrap_or_default()),
+            Ok(("127.0.0.1".into(), 7070, "/kv?t=1".into()))
+        );
+        let paused = format!("{ok}[[fault]]\nkind = \"pause\"\ntarget = \"storage\"\nat = \"1s\"\nduration = \"1s\"\n");
+        let e = Scenario::parse(&paused, "h.toml").unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+    }
+
+    fn s_of(text: &str) -> Scenario {
+        Scenario::parse(text, "t.toml").expect("valid")
     }
 }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    BackendKind, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind, Target,
-    TokenMode,
+    BackendKind, Durability, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind,
+    StorageKind, Target, TokenMode,
 };
 use crate::service::{self, Availability};
 
@@ -49,10 +49,82 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
             "storage.token = \"none\" needs storage.fencing = \"off\" (nothing to compare)".into(),
         ));
     }
+    storage_rules(s, &err)?;
+    if let Some(why) = storage_unavailable(s, s.cluster.backend) {
+        return Err(err("durability", why));
+    }
     for i in 0..s.faults.len() {
         fault_rules(s, i, text, file)?;
     }
     Ok(())
+}
+
+/// `[storage]`: what each kind needs and what it cannot take.
+fn storage_rules(
+    s: &Scenario,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let st = &s.storage;
+    match (st.kind, &st.url) {
+        (StorageKind::Http, None) => {
+            return Err(err(
+                "kind",
+                "storage.kind = \"http\" needs storage.url = \"http://host:port/\"".into(),
+            ))
+        }
+        (StorageKind::Http, Some(url)) => {
+            http_url(url).map_err(|why| err("url", format!("storage.url = {url:?}: {why}")))?;
+        }
+        (StorageKind::Fencecheck, Some(_)) => {
+            return Err(err(
+                "url",
+                "storage.url goes only with kind = \"http\" (fencecheck's storage is started \
+                 by the backend)"
+                    .into(),
+            ))
+        }
+        (StorageKind::Fencecheck, None) => {}
+    }
+    if st.kind == StorageKind::Http && st.durability != Durability::Flush {
+        return Err(err(
+            "durability",
+            "storage.durability is fencecheck's storage's; a service of your own (kind = \
+             \"http\") decides its own durability"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A `kind = "http"` URL: plain HTTP with a host and a port (the workers reach it
+/// through fencecheck's TCP proxies, which name no host; TLS would not verify).
+pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL ({e})"))?;
+    if u.scheme() != "http" {
+        return Err(format!(
+            "scheme {:?} is not supported: workers reach the service through fencecheck's \
+             TCP proxies, so only plain http:// works",
+            u.scheme()
+        ));
+    }
+    let host = u.host_str().ok_or("no host")?.to_string();
+    let port = u.port_or_known_default().ok_or("no port")?;
+    let mut path = u.path().to_string();
+    if let Some(q) = u.query() {
+        path = format!("{path}?{q}");
+    }
+    Ok((host, port, path))
+}
+
+/// What of `[storage]` the backend cannot honour. The docker backend's storage
+/// container is started with its fencing mode alone, so it would silently run
+/// `flush`: refused rather than reported as fsync.
+fn storage_unavailable(s: &Scenario, backend: BackendKind) -> Option<String> {
+    (backend == BackendKind::Docker && s.storage.durability == Durability::Fsync).then(|| {
+        "storage.durability = \"fsync\" is honoured on the process backend only (the docker \
+         backend's storage runs with flush); use backend = \"process\""
+            .to_string()
+    })
 }
 
 /// The service, its version, its TTL and its token names.
@@ -164,7 +236,7 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
             matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
         }
         FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
-        FaultKind::Kill => t.is_members(),
+        FaultKind::Kill => t.is_members() || t == Target::Storage,
     };
     if !ok_target {
         let want = match f.kind {
@@ -181,8 +253,8 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
                  etcd-majority-minority)"
             }
             FaultKind::Kill => {
-                "a member target: leader, member:N, all-members, majority, minority or \
-                 random-members"
+                "a member target (leader, member:N, all-members, majority, minority, \
+                 random-members) or storage"
             }
         };
         return Err(ferr(
@@ -210,6 +282,17 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
         return Err(ferr(
             "restart_after",
             "`restart_after` goes only with kind = \"kill\"".into(),
+        ));
+    }
+    if t == Target::Storage && s.storage.kind == StorageKind::Http {
+        return Err(ferr(
+            "target",
+            format!(
+                "target storage: with storage.kind = \"{}\" fencecheck does not run the \
+                 storage, so it cannot {} it; workers->storage (delay, partition) works",
+                s.storage.kind.as_str(),
+                f.kind
+            ),
         ));
     }
     let members = s.cluster.members.0;
@@ -267,6 +350,13 @@ pub fn check_backend(
     text: &str,
     file: &str,
 ) -> Result<(), ScenarioError> {
+    if let Some(why) = storage_unavailable(s, backend) {
+        return Err(ScenarioError {
+            file: file.to_string(),
+            line: line_of_key(text, "durability"),
+            message: why,
+        });
+    }
     for (i, f) in s.faults.iter().enumerate() {
         if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
         {

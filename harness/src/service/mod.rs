@@ -76,6 +76,15 @@ pub fn available(
             "etcd-majority-minority is etcd's; on {service} use majority or minority"
         ));
     }
+    // The storage is killed and started again on its log by the process backend
+    // alone; the docker backend has no restart for its storage container.
+    if backend == BackendKind::Docker && kind == FaultKind::Kill && target == Target::Storage {
+        return Availability::No(
+            "kill of the storage is done on the process backend only (the docker backend \
+             cannot restart its storage container); use backend = \"process\""
+                .into(),
+        );
+    }
     // Member links are slowed through the peer proxies, which only the process
     // backend has; a docker member can be cut off (network disconnect), not slowed.
     if backend == BackendKind::Docker && kind == FaultKind::Delay && target.is_members() {

@@ -208,7 +208,8 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
         h,
         "storage",
         format!(
-            "fencing <code>{}</code> · token <code>{}</code>",
+            "<span id=\"resource\">{}</span> · fencing <code>{}</code> · token <code>{}</code>",
+            escape(&run.resource),
             escape(&run.fencing),
             escape(&run.token)
         ),
@@ -240,6 +241,18 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
          <button type=\"button\" class=\"copy\" data-copy=\"repro-cmd\">copy</button></div>",
         escape(&run.command)
     );
+    if let Some(j) = &ctx.report.checks.judged_from {
+        let _ = writeln!(
+            h,
+            "<div id=\"judged-from\" class=\"problems\"><h3>Judged from the {} \
+             (no storage log): weaker than with one</h3><ul>",
+            escape(&j.source.replace('-', " "))
+        );
+        for w in &j.weaker {
+            let _ = writeln!(h, "<li>{}</li>", escape(w));
+        }
+        h.push_str("</ul></div>\n");
+    }
     if !ctx.report.problems.is_empty() {
         h.push_str("<div id=\"problems\" class=\"problems\"><h3>Problems met while reading the record</h3><ul>\n");
         for p in &ctx.report.problems {
