@@ -152,6 +152,46 @@ impl SeqModel for StorageModel {
     fn describe_state(&self, s: &FencedState, values: &Interner) -> Value {
         json!({ "value": values.value(s.value), "max_token": s.max_token })
     }
+
+    // The value hints, so the checker's pruning and its violation finder (which
+    // proves a stale read without searching) work on fencecheck's own runs too.
+    // The value part of the state changes only through an accepted write, which
+    // installs its own value; a completed read succeeds only where the value is
+    // what it returned — in every fencing mode.
+
+    fn value_needed(&self, input: &Input) -> Option<u32> {
+        match *input {
+            Input::Read {
+                out, checked: true, ..
+            } => Some(out),
+            _ => None,
+        }
+    }
+
+    fn value_produced(&self, input: &Input) -> Option<u32> {
+        match *input {
+            Input::Write {
+                value,
+                out: None | Some(true),
+                ..
+            } => Some(value),
+            _ => None,
+        }
+    }
+
+    fn state_value(&self, s: &FencedState) -> Option<u32> {
+        Some(s.value)
+    }
+
+    fn definitely_produces(&self, input: &Input) -> bool {
+        matches!(
+            input,
+            Input::Write {
+                out: Some(true),
+                ..
+            }
+        )
+    }
 }
 
 /// Storage operations as the clients saw them, in the lincheck format.
