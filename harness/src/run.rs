@@ -259,6 +259,12 @@ fn write_run_info(
             ServiceKind::Etcd => dep.version.clone(),
             _ => String::new(),
         },
+        persistence: match dep.service {
+            ServiceKind::Redis | ServiceKind::Redlock => {
+                s.lock.persistence.unwrap_or_default().as_str().to_string()
+            }
+            _ => String::new(),
+        },
         etcd_members: s.cluster.members.0,
         workers: s.workload.workers,
         keys: s.workload.keys,

@@ -7,6 +7,7 @@ pub mod fencing;
 pub mod findings;
 pub mod linearizable;
 pub mod mutex;
+pub mod resolve;
 pub mod token;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
