@@ -181,7 +181,7 @@ fn redis_rules(
             ),
         ));
     }
-    if svc == ServiceKind::Redlock && (n < 3 || n % 2 == 0) {
+    if svc == ServiceKind::Redlock && (n < 3 || n.is_multiple_of(2)) {
         return Err(err(
             members_key,
             format!(
@@ -191,7 +191,7 @@ fn redis_rules(
         ));
     }
     let ttl = s.lock.ttl;
-    if ttl < Duration::from_millis(500) || ttl.subsec_nanos() % 1_000_000 != 0 {
+    if ttl < Duration::from_millis(500) || !ttl.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(err(
             "ttl",
             format!(
