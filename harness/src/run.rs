@@ -132,7 +132,7 @@ pub async fn run(
 ) -> Result<(Report, PathBuf), RunError> {
     let seed = apply_overrides(&mut scenario, o);
     // A fault the backend cannot do is bad input: refused before anything starts.
-    let chosen = backend::resolve(scenario.cluster.backend).await;
+    let chosen = backend::resolve(scenario.cluster.backend, scenario.lock.service).await;
     if let Ok(text) = std::fs::read_to_string(scenario_path) {
         let file = scenario_path.display().to_string();
         crate::scenario::check_backend(&scenario, chosen, &text, &file)?;
@@ -299,6 +299,12 @@ fn write_run_info(
         service_version: dep.version.clone(),
         etcd_version: match dep.service {
             ServiceKind::Etcd => dep.version.clone(),
+            _ => String::new(),
+        },
+        persistence: match dep.service {
+            ServiceKind::Redis | ServiceKind::Redlock => {
+                s.lock.persistence.unwrap_or_default().as_str().to_string()
+            }
             _ => String::new(),
         },
         etcd_members: s.cluster.members.0,

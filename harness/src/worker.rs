@@ -230,6 +230,7 @@ impl Worker {
                         grant: 0,
                         session,
                         id,
+                        counter: None,
                     };
                     self.release(key, &g, None).await?;
                 }

@@ -125,6 +125,10 @@ pub struct RunInfo {
     /// etcd runs only: the same as `service_version` (kept for schema-1 readers).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub etcd_version: String,
+    /// Redis and Redlock runs: each instance's persistence ("none", "aof-everysec",
+    /// "aof-always").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub persistence: String,
     /// Members of the lock service (the name is schema 1's).
     pub etcd_members: u8,
     pub workers: u32,

@@ -39,9 +39,11 @@ pub enum Service {
     Storage,
 }
 
-/// Which backend `kind` means here: `auto` is docker when an engine answers.
-pub async fn resolve(kind: BackendKind) -> BackendKind {
+/// Which backend `kind` means here: `auto` is docker when an engine answers and
+/// the service runs there, else processes.
+pub async fn resolve(kind: BackendKind, service: ServiceKind) -> BackendKind {
     match kind {
+        BackendKind::Auto if !crate::service::runs_on_docker(service) => BackendKind::Process,
         BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
             Ok(_) => BackendKind::Docker,
             Err(_) => BackendKind::Process,
@@ -79,6 +81,12 @@ impl Backend {
                 let reason = format!("requested; Docker engine {}", engine.version);
                 return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
                     .await;
+            }
+            BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
+                format!(
+                    "auto: {} does not run on the docker backend yet, so local processes",
+                    scenario.lock.service
+                )
             }
             BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
                 Ok(engine) => {

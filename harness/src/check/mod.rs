@@ -8,6 +8,7 @@ pub mod findings;
 pub mod linearizable;
 pub mod mutex;
 pub mod observed;
+pub mod resolve;
 pub mod token;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom, Validity};

@@ -130,6 +130,7 @@ impl LockClient for EtcdClient {
                     grant: kv.create_revision(),
                     session: lease,
                     id,
+                    counter: None,
                 }),
                 None => Acquire::Failed {
                     error: "lock key gone right after Lock: the lease had expired".into(),

@@ -10,6 +10,7 @@
 //! ([`Granted::token`]); the checkers judge that token against the grant order.
 
 pub mod etcd;
+pub mod redis;
 pub mod zookeeper;
 
 use std::time::Duration;
@@ -51,8 +52,11 @@ pub struct Granted {
     /// The session the grant belongs to (etcd lease ID, ZooKeeper session id).
     pub session: i64,
     /// The grant's identity in the service, to release it (etcd lock key,
-    /// ZooKeeper znode path).
+    /// ZooKeeper znode path, Redis owner value).
     pub id: String,
+    /// A counter the service handed out with the grant, apart from its order
+    /// (Redis: `INCR` in the acquire script), for `token = "counter"`.
+    pub counter: Option<i64>,
 }
 
 impl Granted {
@@ -62,6 +66,10 @@ impl Granted {
             TokenMode::Grant => Some(self.grant),
             TokenMode::Session => Some(self.session),
             TokenMode::None => None,
+            TokenMode::Counter => self.counter,
+            // Redis and Redlock report their random owner nonce as `grant` (they
+            // cannot know the grant's place; `check::resolve` fills it in later).
+            TokenMode::Owner => Some(self.grant),
         }
     }
 }
@@ -108,6 +116,9 @@ pub async fn connect(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
     Ok(match cfg.service {
         ServiceKind::Etcd => Box::new(etcd::EtcdClient::connect(cfg).await?),
         ServiceKind::Zookeeper => Box::new(zookeeper::ZkClient::connect(cfg).await?),
+        ServiceKind::Redis | ServiceKind::Redlock => {
+            Box::new(redis::RedisClient::connect(cfg).await?)
+        }
     })
 }
 

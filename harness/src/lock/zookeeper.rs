@@ -224,6 +224,7 @@ impl LockClient for ZkClient {
                 grant: stat.czxid,
                 session,
                 id,
+                counter: None,
             }),
             Ok(Ok(None)) => {
                 self.held.remove(&id);

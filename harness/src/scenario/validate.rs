@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     BackendKind, Durability, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind,
-    StorageKind, Target, TokenMode,
+    StorageKind, Target, TokenMode, TokenName,
 };
 use crate::service::{self, Availability};
 
@@ -134,15 +134,26 @@ fn service_rules(
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
+    if s.cluster.backend == BackendKind::Docker && !crate::service::runs_on_docker(svc) {
+        return Err(err(
+            "backend",
+            format!(
+                "{svc} does not run on the docker backend yet; expected backend = \"process\" \
+                 (or \"auto\", which runs it as processes)"
+            ),
+        ));
+    }
     if let Some(v) = &s.cluster.version {
         let ok = match svc {
             ServiceKind::Etcd => v.parse::<EtcdVersion>().is_ok(),
             ServiceKind::Zookeeper => v == "3.8",
+            ServiceKind::Redis | ServiceKind::Redlock => v == "7.0",
         };
         if !ok {
             let want = match svc {
                 ServiceKind::Etcd => "\"3.5\" or \"3.4\"",
                 ServiceKind::Zookeeper => "\"3.8\"",
+                ServiceKind::Redis | ServiceKind::Redlock => "\"7.0\" (Debian's redis-server)",
             };
             // Point at whichever spelling the file uses (`etcd` in 0.1 scenarios).
             let key = if line_of_key(text, "version").is_some() {
@@ -189,6 +200,23 @@ fn service_rules(
                 ));
             }
         }
+        ServiceKind::Redis | ServiceKind::Redlock => return redis_rules(s, text, err),
+    }
+    if s.lock.persistence.is_some() {
+        return Err(err(
+            "persistence",
+            format!("lock.persistence is Redis's (redis, redlock); {svc} keeps its own data"),
+        ));
+    }
+    if matches!(s.storage.token, TokenName::Counter | TokenName::Owner) {
+        return Err(err(
+            "token",
+            format!(
+                "storage.token = \"{}\" is Redis's (redis, redlock); {svc} has grant, session \
+                 or none",
+                s.storage.token.as_str()
+            ),
+        ));
     }
     if let Some(owner) = s.storage.token.service() {
         if owner != svc {
@@ -201,10 +229,79 @@ fn service_rules(
                     match svc {
                         ServiceKind::Etcd => ", or etcd's names revision and lease-id",
                         ServiceKind::Zookeeper => ", or ZooKeeper's names czxid and session-id",
+                        ServiceKind::Redis | ServiceKind::Redlock => "",
                     }
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Redis and Redlock: instance count, TTL, tokens. The key's TTL is the lease
+/// (renewed every TTL/3 on `redis`); Redis has no order of grants a client can
+/// read, so `grant` and `session` are not tokens it has.
+fn redis_rules(
+    s: &Scenario,
+    text: &str,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let svc = s.lock.service;
+    let n = s.cluster.members.0;
+    let members_key = if line_of_key(text, "members").is_some() {
+        "members"
+    } else {
+        "etcd_members"
+    };
+    if svc == ServiceKind::Redis && n != 1 {
+        return Err(err(
+            members_key,
+            format!(
+                "cluster.members = {n}: service = \"redis\" is one instance; for several \
+                 independent masters use service = \"redlock\""
+            ),
+        ));
+    }
+    if svc == ServiceKind::Redlock && (n < 3 || n.is_multiple_of(2)) {
+        return Err(err(
+            members_key,
+            format!(
+                "cluster.members = {n}: Redlock needs an odd number of at least 3 independent \
+                 masters (3 or 5), so that two majorities always share one"
+            ),
+        ));
+    }
+    let ttl = s.lock.ttl;
+    if ttl < Duration::from_millis(500) || !ttl.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(err(
+            "ttl",
+            format!(
+                "lock.ttl = {}: the Redis lock key's PX needs whole milliseconds, at least 500ms",
+                humantime::format_duration(ttl)
+            ),
+        ));
+    }
+    match s.storage.token {
+        TokenName::Counter | TokenName::Owner | TokenName::None => {}
+        t => {
+            return Err(err(
+                "token",
+                format!(
+                    "storage.token = \"{}\" is not available for {svc}: Redis has no order of \
+                     grants a client can read and no sessions; expected counter (INCR in the \
+                     acquire script), owner (the random owner value) or none",
+                    t.as_str()
+                ),
+            ))
+        }
+    }
+    if svc == ServiceKind::Redlock && s.storage.token == TokenName::Counter {
+        return Err(err(
+            "token",
+            "storage.token = \"counter\" on redlock is not implemented yet (a counter on one \
+             instance); expected owner or none"
+                .into(),
+        ));
     }
     Ok(())
 }

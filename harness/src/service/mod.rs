@@ -7,6 +7,7 @@
 
 pub mod etcd;
 pub mod observe;
+pub mod redis;
 pub mod zookeeper;
 
 use std::net::SocketAddr;
@@ -48,7 +49,25 @@ pub fn capabilities(service: ServiceKind) -> Capabilities {
             revoke_lease: false,
             leader: true,
         },
+        // expire-session deletes the holder's key(s). One Redis instance is its own
+        // "leader"; Redlock's masters have none.
+        ServiceKind::Redis => Capabilities {
+            expire_session: true,
+            revoke_lease: false,
+            leader: true,
+        },
+        ServiceKind::Redlock => Capabilities {
+            expire_session: true,
+            revoke_lease: false,
+            leader: false,
+        },
     }
+}
+
+/// Whether the service has a docker deployment (`backend = "docker"`); `auto`
+/// runs the others as processes.
+pub fn runs_on_docker(service: ServiceKind) -> bool {
+    !service.is_redis()
 }
 
 /// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
@@ -84,6 +103,16 @@ pub fn available(
              cannot restart its storage container); use backend = \"process\""
                 .into(),
         );
+    }
+    // Redis instances have no peers, hence no peer proxies to cut or slow.
+    if service.is_redis()
+        && matches!(kind, FaultKind::Delay | FaultKind::Partition)
+        && target.is_members()
+    {
+        return Availability::No(format!(
+            "{kind} of {target}: {service} instances have no peer links; use \
+             holder->service or workers->service"
+        ));
     }
     // Member links are slowed through the peer proxies, which only the process
     // backend has; a docker member can be cut off (network disconnect), not slowed.
@@ -210,6 +239,7 @@ pub fn deploy(s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>
     Ok(match s.lock.service {
         ServiceKind::Etcd => Box::new(etcd::EtcdDeploy::find(s.etcd_version(), say)?),
         ServiceKind::Zookeeper => Box::new(zookeeper::ZkDeploy::find(say)?),
+        ServiceKind::Redis | ServiceKind::Redlock => Box::new(redis::RedisDeploy::find(say)?),
     })
 }
 
@@ -218,6 +248,9 @@ pub async fn connect(service: ServiceKind, clients: &[SocketAddr]) -> Result<Arc
     Ok(match service {
         ServiceKind::Etcd => Arc::new(etcd::EtcdService::connect(clients).await?),
         ServiceKind::Zookeeper => Arc::new(zookeeper::ZkService::connect(clients).await?),
+        ServiceKind::Redis | ServiceKind::Redlock => {
+            Arc::new(redis::RedisService::connect(service, clients).await?)
+        }
     })
 }
 
@@ -231,5 +264,8 @@ pub async fn wait_ready(
     match service {
         ServiceKind::Etcd => etcd::wait_ready(what, client, deadline).await,
         ServiceKind::Zookeeper => zookeeper::wait_ready(what, client, deadline).await,
+        ServiceKind::Redis | ServiceKind::Redlock => {
+            redis::wait_ready(what, client, deadline).await
+        }
     }
 }

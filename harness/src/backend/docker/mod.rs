@@ -133,6 +133,13 @@ impl DockerBackend {
                 let version = etcd::version_of(&image.tag);
                 (image, members, version)
             }
+            ServiceKind::Redis | ServiceKind::Redlock => {
+                // `validate` refuses this and `auto` picks processes for it; a
+                // direct call still gets a clear reason.
+                anyhow::bail!(
+                    "{service} does not run on the docker backend yet; use --backend process"
+                )
+            }
             ServiceKind::Zookeeper => {
                 let zk = tokio::task::block_in_place(|| ZkDeploy::find(say))?;
                 let image = images::zookeeper_image(&docker, &zk, say).await?;
@@ -485,6 +492,7 @@ fn member_log(run_dir: &Path, service: ServiceKind, i: usize) -> std::path::Path
     let short = match service {
         ServiceKind::Etcd => "etcd",
         ServiceKind::Zookeeper => "zk",
+        ServiceKind::Redis | ServiceKind::Redlock => "redis",
     };
     crate::rundir::member_log(run_dir, short, i)
 }

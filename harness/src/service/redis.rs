@@ -1,0 +1,345 @@
+//! Redis and Redlock behind the lock-service seam.
+//!
+//! Deploy: Debian's `redis-server` (7.0), one process per instance, each with its
+//! own config in the run directory: its loopback address and port, its data
+//! directory, no RDB snapshots (`save ""`), the AOF as `[lock] persistence` says,
+//! and keyspace events for expired keys (`notify-keyspace-events Ex`), which the
+//! observer needs. Redlock's instances are independent masters: no replication,
+//! no peers (so no peer proxies: `peer_ports` is 0).
+//!
+//! Service: holders from the lock keys' owner values (the owner names its worker
+//! and session; on Redlock the owner holding a majority of instances),
+//! `expire-session` by deleting the session's lock keys on every instance (a
+//! compare-and-delete that publishes what it did, so the observer sees it), and
+//! the observer (`feed`): the grants and releases the scripts publish, and the
+//! expiries Redis announces, numbered in the order the harness sees them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use redis::aio::MultiplexedConnection;
+use tokio::sync::Mutex;
+
+mod feed;
+
+use super::observe::ObservationWriter;
+use super::{
+    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
+};
+use crate::lock::redis::{self as proto, Owner, EVENTS, LOCK_PREFIX};
+use crate::scenario::{Persistence, Scenario, ServiceKind};
+
+/// Bounds every call the harness makes to an instance.
+const CALL: Duration = Duration::from_secs(2);
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
+
+/// Deletes every lock key (KEYS) whose owner belongs to session ARGV[1], and
+/// publishes each deletion; returns how many.
+const DELETE_SESSION: &str = r"
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v then
+    local _, _, s = string.find(v, '^[^:]*:[^:]*:([^:]*):')
+    if s == ARGV[1] then
+      redis.call('DEL', k)
+      redis.call('PUBLISH', ARGV[2], 'deleted ' .. k .. ' ' .. v)
+      n = n + 1
+    end
+  end
+end
+return n
+";
+
+pub struct RedisDeploy {
+    version: String,
+}
+
+impl RedisDeploy {
+    /// Finds Debian's redis-server (`ci/bootstrap.sh` installs it) and asks it for
+    /// its version.
+    pub fn find(say: &dyn Fn(&str)) -> Result<RedisDeploy> {
+        if !Path::new(REDIS_SERVER).exists() {
+            bail!("no {REDIS_SERVER}: run ci/bootstrap.sh (apt-get install redis-server)");
+        }
+        let out = std::process::Command::new(REDIS_SERVER)
+            .arg("--version")
+            .output()
+            .context("cannot run redis-server --version")?;
+        // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 ..."
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text
+            .split("v=")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .with_context(|| format!("cannot read redis-server's version from {text:?}"))?
+            .to_string();
+        say(&format!("redis-server {version} ({REDIS_SERVER})"));
+        Ok(RedisDeploy { version })
+    }
+}
+
+/// Instance `i`'s config. `appendfsync always` fsyncs before the reply, so every
+/// acknowledged INCR survives a SIGKILL; `everysec` may lose the last second;
+/// `appendonly no` with `save ""` keeps nothing.
+pub fn instance_config(client: SocketAddr, data: &Path, p: Persistence) -> String {
+    let aof = match p {
+        Persistence::None => "appendonly no\n",
+        Persistence::AofEverysec => "appendonly yes\nappendfsync everysec\n",
+        Persistence::AofAlways => "appendonly yes\nappendfsync always\n",
+    };
+    format!(
+        "bind {}\nport {}\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
+         dir {}\nsave \"\"\n{aof}notify-keyspace-events Ex\n",
+        client.ip(),
+        client.port(),
+        data.display(),
+    )
+}
+
+impl ServiceDeploy for RedisDeploy {
+    fn peer_ports(&self) -> usize {
+        0
+    }
+
+    fn process_plan(
+        &self,
+        s: &Scenario,
+        run_dir: &Path,
+        addrs: &[MemberAddrs],
+    ) -> Result<ProcessPlan> {
+        let persistence = s.lock.persistence.unwrap_or_default();
+        let mut members = Vec::new();
+        for (i, a) in addrs.iter().enumerate() {
+            let data = crate::rundir::member_data(run_dir, "redis", i);
+            std::fs::create_dir_all(&data)
+                .with_context(|| format!("cannot create {}", data.display()))?;
+            let cfg_path = run_dir.join(format!("redis-{i}.conf"));
+            std::fs::write(&cfg_path, instance_config(a.client, &data, persistence))
+                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+            members.push(ProcessMember {
+                name: format!("redis {i}"),
+                program: PathBuf::from(REDIS_SERVER),
+                args: vec![cfg_path.display().to_string()],
+                env: Vec::new(),
+                log: crate::rundir::member_log(run_dir, "redis", i),
+            });
+        }
+        Ok(ProcessPlan {
+            members,
+            version: self.version.clone(),
+        })
+    }
+
+    fn ready_deadline(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+}
+
+/// Polls PING until the instance answers PONG (not LOADING: an AOF being read).
+pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
+    crate::proc::poll_until(what, deadline, || async move {
+        let ping = async {
+            let mut c = proto::connect(&client.to_string()).await?;
+            let pong: String = redis::cmd("PING").query_async(&mut c).await?;
+            Ok::<_, anyhow::Error>(pong == "PONG")
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), ping).await,
+            Ok(Ok(true))
+        )
+    })
+    .await
+}
+
+/// The harness's handle: a connection per instance, directly (never through the
+/// workers' proxies), opened again after an error.
+pub struct RedisService {
+    kind: ServiceKind,
+    clients: Vec<SocketAddr>,
+    cons: Mutex<Vec<Option<MultiplexedConnection>>>,
+}
+
+impl RedisService {
+    pub async fn connect(kind: ServiceKind, clients: &[SocketAddr]) -> Result<RedisService> {
+        let svc = RedisService {
+            kind,
+            clients: clients.to_vec(),
+            cons: Mutex::new(vec![None; clients.len()]),
+        };
+        for i in 0..clients.len() {
+            svc.con(i).await?;
+        }
+        Ok(svc)
+    }
+
+    fn majority(&self) -> usize {
+        self.clients.len() / 2 + 1
+    }
+
+    async fn con(&self, i: usize) -> Result<MultiplexedConnection> {
+        let mut cons = self.cons.lock().await;
+        if let Some(c) = &cons[i] {
+            return Ok(c.clone());
+        }
+        let c = proto::connect(&self.clients[i].to_string()).await?;
+        cons[i] = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn forget(&self, i: usize) {
+        self.cons.lock().await[i] = None;
+    }
+
+    /// Instance `i`'s lock keys and their owners now.
+    async fn locks_on(&self, i: usize) -> Result<BTreeMap<String, String>> {
+        let mut c = self.con(i).await?;
+        let res = tokio::time::timeout(CALL, read_locks(&mut c)).await;
+        match res {
+            Ok(Ok(m)) => Ok(m),
+            Ok(Err(e)) => {
+                self.forget(i).await;
+                Err(e)
+            }
+            Err(_) => {
+                self.forget(i).await;
+                bail!("Redis instance {i} did not answer in time")
+            }
+        }
+    }
+
+    /// (lock name, owner) held on a majority of instances.
+    async fn held(&self) -> Result<Vec<(String, Owner)>> {
+        let mut count: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for i in 0..self.clients.len() {
+            match self.locks_on(i).await {
+                Ok(m) => {
+                    for (k, v) in m {
+                        *count.entry((k, v)).or_default() += 1;
+                    }
+                }
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+        }
+        if errors.len() == self.clients.len() {
+            bail!("no Redis instance answered: {}", errors.join("; "));
+        }
+        Ok(count
+            .into_iter()
+            .filter(|(_, n)| *n >= self.majority())
+            .filter_map(|((k, v), _)| Some((k, Owner::parse(&v)?)))
+            .collect())
+    }
+}
+
+/// Every lock key and its value: `KEYS` is fine on a keyspace of a few keys.
+async fn read_locks(c: &mut MultiplexedConnection) -> Result<BTreeMap<String, String>> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{LOCK_PREFIX}*"))
+        .query_async(c)
+        .await
+        .context("KEYS")?;
+    let mut out = BTreeMap::new();
+    for k in keys {
+        let v: Option<String> = redis::cmd("GET").arg(&k).query_async(c).await?;
+        if let (Some(v), Some(name)) = (v, k.strip_prefix(LOCK_PREFIX)) {
+            out.insert(name.to_string(), v);
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait::async_trait]
+impl LockService for RedisService {
+    fn kind(&self) -> ServiceKind {
+        self.kind
+    }
+
+    async fn holders(&self) -> Result<Vec<Holder>> {
+        Ok(self
+            .held()
+            .await?
+            .into_iter()
+            .map(|(key, o)| Holder {
+                worker: o.worker,
+                pid: o.pid,
+                session: o.session,
+                // The harness numbers grants only in its observer; the nonce
+                // identifies this one.
+                grant: o.nonce,
+                key,
+            })
+            .collect())
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionOwner>> {
+        let owners = self
+            .held()
+            .await?
+            .into_iter()
+            .map(|(_, o)| (o.session, (o.worker, o.pid)))
+            .collect();
+        Ok(SessionOwner::from_map(owners))
+    }
+
+    async fn leader(&self) -> Result<usize> {
+        match self.kind {
+            ServiceKind::Redis => Ok(0),
+            _ => bail!("Redlock's masters are independent: there is no leader"),
+        }
+    }
+
+    async fn expire_session(&self, session: i64) -> Result<serde_json::Value> {
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for i in 0..self.clients.len() {
+            let res = async {
+                let names = self.locks_on(i).await?;
+                let keys: Vec<String> = names.keys().map(|n| proto::lock_key(n)).collect();
+                if keys.is_empty() {
+                    return Ok(0);
+                }
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let mut c = self.con(i).await?;
+                let args = [session.to_string(), EVENTS.to_string()];
+                proto::eval(&mut c, DELETE_SESSION, &keys, &args, CALL).await
+            }
+            .await;
+            match res {
+                Ok(n) => deleted.push(n),
+                Err(e) => {
+                    self.forget(i).await;
+                    deleted.push(0);
+                    errors.push(format!("instance {i}: {e:#}"));
+                }
+            }
+        }
+        if deleted.iter().all(|&n| n == 0) {
+            if errors.is_empty() {
+                bail!("session {session} holds no lock key on any instance: already ended");
+            }
+            bail!(
+                "cannot delete session {session}'s keys: {}",
+                errors.join("; ")
+            );
+        }
+        Ok(serde_json::json!({
+            "action": "deleted the session's lock keys (compare-and-delete) on every instance",
+            "session": session,
+            "deleted_per_instance": deleted,
+            "errors": errors,
+        }))
+    }
+
+    async fn observe(
+        &self,
+        out: ObservationWriter,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        feed::observe(&self.clients, out, stop).await
+    }
+}
