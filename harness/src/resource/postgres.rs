@@ -77,7 +77,7 @@ impl PgResource {
         let client = self.client.as_mut().context("no connection")?;
         let mut n = 0;
         loop {
-            match one_transaction(client, &self.cfg, req, think).await {
+            match one_transaction(client, &self.cfg, req, think, self.timeout).await {
                 Err(e) if is_serialization_failure(&e) && n < MAX_RETRIES => {
                     n += 1;
                     self.retries += 1;
@@ -87,20 +87,28 @@ impl PgResource {
         }
     }
 
+    /// Every statement is bounded (`bounded`), retries are bounded: so is the call.
     async fn call_bounded(&mut self, req: &Request, think: Duration) -> Result<Answer> {
-        match tokio::time::timeout(self.timeout + think, self.attempt(req, think)).await {
-            Ok(Ok(a)) => Ok(a),
-            Ok(Err(e)) => {
-                self.client = None;
-                Err(e)
-            }
-            Err(_) => {
-                // The transaction may still commit on the server: unknown. A fresh
-                // connection next time; dropping this one ends its session.
-                self.client = None;
-                bail!("PostgreSQL did not answer within {:?}", self.timeout + think)
-            }
+        let r = self.attempt(req, think).await;
+        if r.is_err() {
+            // A timed-out transaction may still commit on the server: unknown. A
+            // fresh connection next time; dropping this one ends its session.
+            self.client = None;
         }
+        r
+    }
+}
+
+/// One statement, bounded by `d`. The bound is per statement, not per request:
+/// a `check-then-write` client frozen in its think time must still send its
+/// UPDATE when it wakes (the mistake under test), not time out on its own pause.
+async fn bounded<T>(
+    d: Duration,
+    f: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(d, f).await {
+        Ok(r) => Ok(r?),
+        Err(_) => bail!("PostgreSQL did not answer within {d:?}"),
     }
 }
 
@@ -146,21 +154,20 @@ async fn one_transaction(
     cfg: &PgClientConfig,
     req: &Request,
     think: Duration,
+    d: Duration,
 ) -> PgResult<Answer> {
-    let tx = client
-        .build_transaction()
-        .isolation_level(match cfg.isolation {
-            Isolation::ReadCommitted => tokio_postgres::IsolationLevel::ReadCommitted,
-            Isolation::Serializable => tokio_postgres::IsolationLevel::Serializable,
-        })
-        .start()
-        .await?;
-    let (verdict, before, after) = match req.op {
-        OpKind::Read => read(&tx, cfg.fencing, req).await?,
-        OpKind::Write => write(&tx, cfg.fencing, req, think).await?,
+    let level = match cfg.isolation {
+        Isolation::ReadCommitted => tokio_postgres::IsolationLevel::ReadCommitted,
+        Isolation::Serializable => tokio_postgres::IsolationLevel::Serializable,
     };
-    let seq: i64 = tx
-        .query_one(
+    let tx = bounded(d, client.build_transaction().isolation_level(level).start()).await?;
+    let (verdict, before, after) = match req.op {
+        OpKind::Read => read(&tx, cfg.fencing, req, d).await?,
+        OpKind::Write => write(&tx, cfg.fencing, req, think, d).await?,
+    };
+    let seq: i64 = bounded(
+        d,
+        tx.query_one(
             "INSERT INTO log (time_ns, client, request_id, op, key, val, token, revision, \
              lease, verdict, token_before, token_after, value_before, value_after) \
              VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING seq",
@@ -180,10 +187,11 @@ async fn one_transaction(
                 &before.value,
                 &after.value,
             ],
-        )
-        .await?
-        .get(0);
-    tx.commit().await?;
+        ),
+    )
+    .await?
+    .get(0);
+    bounded(d, tx.commit()).await?;
     Ok(Answer {
         verdict,
         value: after.value,
@@ -209,14 +217,16 @@ pub fn verdict_str(v: Verdict) -> &'static str {
 
 /// `SELECT … FOR UPDATE` of the key's row: locks it, and reads the newest
 /// committed version even at read committed.
-async fn locked(tx: &Transaction<'_>, key: &str) -> PgResult<Option<Row>> {
-    Ok(tx
-        .query_opt(
+async fn locked(tx: &Transaction<'_>, key: &str, d: Duration) -> PgResult<Option<Row>> {
+    Ok(bounded(
+        d,
+        tx.query_opt(
             "SELECT value, max_token FROM kv WHERE key = $1 FOR UPDATE",
             &[&key],
-        )
-        .await?
-        .map(|r| Row {
+        ),
+    )
+    .await?
+    .map(|r| Row {
             value: r.get(0),
             token: r.get(1),
         }))
@@ -238,6 +248,7 @@ async fn update(
     key: &str,
     val: Option<i64>,
     token: Option<i64>,
+    d: Duration,
 ) -> PgResult<Option<(Row, Row)>> {
     let sql = format!(
         "UPDATE kv SET {set} \
@@ -245,8 +256,7 @@ async fn update(
          WHERE kv.key = o.key AND ({cond}) \
          RETURNING o.value, o.max_token, kv.value, kv.max_token"
     );
-    Ok(tx
-        .query_opt(&sql, &[&key, &val, &token])
+    Ok(bounded(d, tx.query_opt(&sql, &[&key, &val, &token]))
         .await?
         .map(|r| {
             (
@@ -269,6 +279,7 @@ async fn read(
     tx: &Transaction<'_>,
     fencing: Fencing,
     req: &Request,
+    d: Duration,
 ) -> PgResult<(Verdict, Row, Row)> {
     let raises = fencing.intended() == Fencing::Monotonic && req.token.is_some();
     if raises {
@@ -280,12 +291,13 @@ async fn read(
             &req.key,
             None,
             req.token,
+            d,
         )
         .await?
         {
             return Ok((Verdict::Ok, b, a));
         }
-    } else if let Some(r) = locked(tx, &req.key).await? {
+    } else if let Some(r) = locked(tx, &req.key, d).await? {
         return Ok((Verdict::Ok, r, r));
     }
     Err(no_such_key(&req.key))
@@ -299,6 +311,7 @@ async fn write(
     fencing: Fencing,
     req: &Request,
     think: Duration,
+    d: Duration,
 ) -> PgResult<(Verdict, Row, Row)> {
     let key = &req.key;
     let (set, cond) = match fencing {
@@ -315,8 +328,8 @@ async fn write(
             "true",
         ),
         Fencing::CheckThenWrite => {
-            let seen = tx
-                .query_opt("SELECT value, max_token FROM kv WHERE key = $1", &[key])
+            let sql = "SELECT value, max_token FROM kv WHERE key = $1";
+            let seen = bounded(d, tx.query_opt(sql, &[key]))
                 .await?
                 .map(|r| Row {
                     value: r.get(0),
@@ -336,12 +349,12 @@ async fn write(
             ("value = $2, max_token = $3", "true")
         }
     };
-    if let Some((b, a)) = update(tx, set, cond, key, req.val, req.token).await? {
+    if let Some((b, a)) = update(tx, set, cond, key, req.val, req.token, d).await? {
         return Ok((Verdict::Accepted, b, a));
     }
     // Refused by the rule: the row is still locked by the subquery, so this is the
     // value the rule was judged against.
-    match locked(tx, key).await? {
+    match locked(tx, key, d).await? {
         Some(r) => Ok((Verdict::RejectedStale, r, r)),
         None => Err(no_such_key(key)),
     }
