@@ -19,11 +19,11 @@ use crate::links::Links;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
+use crate::resource::postgres::{PgClientConfig, PgResource};
+use crate::resource::FencedResource;
 use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
 use crate::service::{self, observe::ObservationWriter, LockService};
-use crate::resource::postgres::{PgClientConfig, PgResource};
-use crate::resource::FencedResource;
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.

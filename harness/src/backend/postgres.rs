@@ -258,7 +258,9 @@ impl PgServer {
             self.spawn()?;
         }
         let t0 = std::time::Instant::now();
-        self.wait_ready().await.context("the restarted PostgreSQL")?;
+        self.wait_ready()
+            .await
+            .context("the restarted PostgreSQL")?;
         Ok(serde_json::json!({
             "action": "restart",
             "pid": self.pid(),

@@ -118,19 +118,17 @@ impl ProcessBackend {
         let postgres = scenario.storage.kind == crate::scenario::StorageKind::Postgres;
         let storage_addr = match external {
             Some(addr) => addr,
-            None if postgres => {
-                match super::postgres::PgServer::start(scenario, run_dir).await {
-                    Ok(pg) => {
-                        let addr = pg.addr;
-                        backend.pg = Some(pg);
-                        addr
-                    }
-                    Err(e) => {
-                        backend.stop().await;
-                        return Err(e);
-                    }
+            None if postgres => match super::postgres::PgServer::start(scenario, run_dir).await {
+                Ok(pg) => {
+                    let addr = pg.addr;
+                    backend.pg = Some(pg);
+                    addr
                 }
-            }
+                Err(e) => {
+                    backend.stop().await;
+                    return Err(e);
+                }
+            },
             None => match backend.start_storage(scenario, run_dir) {
                 Ok(addr) => addr,
                 Err(e) => {

@@ -227,9 +227,9 @@ async fn locked(tx: &Transaction<'_>, key: &str, d: Duration) -> PgResult<Option
     )
     .await?
     .map(|r| Row {
-            value: r.get(0),
-            token: r.get(1),
-        }))
+        value: r.get(0),
+        token: r.get(1),
+    }))
 }
 
 /// A key that is not in the table (the harness creates `k0`…`k{keys-1}`).
