@@ -41,8 +41,9 @@ pub struct ProcessBackend {
     peer_proxies: Vec<Proxy>,
     /// Pids frozen by `pause` and not yet resumed.
     paused: HashSet<u32>,
-    /// PostgreSQL, when it is the storage (`[storage] kind = "postgres"`).
-    pg: Option<super::postgres::PgServer>,
+    /// PostgreSQL, when it is the storage (`[storage] kind = "postgres"`); boxed,
+    /// as most runs have none.
+    pg: Option<Box<super::postgres::PgServer>>,
 }
 
 fn member_ip(i: usize) -> String {
@@ -121,7 +122,7 @@ impl ProcessBackend {
             None if postgres => match super::postgres::PgServer::start(scenario, run_dir).await {
                 Ok(pg) => {
                     let addr = pg.addr;
-                    backend.pg = Some(pg);
+                    backend.pg = Some(Box::new(pg));
                     addr
                 }
                 Err(e) => {
