@@ -6,6 +6,7 @@
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
 #   - ZooKeeper 3.8 (Debian's zookeeper: its jars in /usr/share/java) on JRE 17
 #   - Redis 7.0 (Debian's redis-server), for the redis and redlock services
+#   - PostgreSQL 15 (Debian's postgresql-15), for `[storage] kind = "postgres"`
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
 #     report needs no browser
 # Each step says what it does. Safe to run again.
@@ -111,6 +112,21 @@ else
   $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
   /usr/bin/redis-server --version | grep -q 'v=7\.0' || die "redis-server 7.0 still missing after apt-get install"
   say "redis: $(/usr/bin/redis-server --version)"
+fi
+# PostgreSQL: fencecheck runs initdb and postgres from /usr/lib/postgresql/15/bin
+# as the package's `postgres` user, in each run directory, on its own port.
+PG=/usr/lib/postgresql/15/bin/postgres
+if [ -x "$PG" ] && id postgres >/dev/null 2>&1; then
+  say "postgresql: $("$PG" --version)"
+else
+  say "postgresql 15 missing: Debian's postgresql-15"
+  apt_install postgresql-15
+  # The package creates and starts a cluster of its own on :5432; fencecheck needs
+  # neither.
+  $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
+  command -v pg_ctlcluster >/dev/null 2>&1 && $SUDO pg_ctlcluster 15 main stop >/dev/null 2>&1 || true
+  [ -x "$PG" ] || die "postgresql 15 still missing after apt-get install ($PG)"
+  say "postgresql: $("$PG" --version)"
 fi
 if command -v chromium >/dev/null 2>&1; then
   say "chromium: $(chromium --version 2>/dev/null | head -1)"

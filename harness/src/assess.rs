@@ -240,6 +240,14 @@ pub fn stats(events: &[Event]) -> Stats {
     let mut hists: HashMap<F, hdrhistogram::Histogram<u64>> = HashMap::new();
     let mut open: HashMap<(String, F), u64> = HashMap::new();
     for e in events {
+        if e.process.worker().is_some() {
+            s.serialization_retries += e
+                .detail
+                .as_ref()
+                .and_then(|d| d.get("retries"))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+        }
         match (e.f, e.kind) {
             (F::Acquire, EventType::Ok) => s.acquires_ok += 1,
             (F::Acquire, EventType::Fail) => s.acquires_failed += 1,

@@ -112,6 +112,13 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             );
         }
     }
+    if r.stats.serialization_retries > 0 {
+        let _ = writeln!(
+            s,
+            "  {} storage transactions retried after a serialization failure (40001)",
+            r.stats.serialization_retries
+        );
+    }
     let _ = writeln!(
         s,
         "  {} faults injected; {} sessions lost; backend {}, {} {}, seed {}",

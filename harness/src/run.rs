@@ -19,6 +19,8 @@ use crate::links::Links;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
+use crate::resource::postgres::{PgClientConfig, PgResource};
+use crate::resource::FencedResource;
 use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
 use crate::service::{self, observe::ObservationWriter, LockService};
@@ -132,7 +134,12 @@ pub async fn run(
 ) -> Result<(Report, PathBuf), RunError> {
     let seed = apply_overrides(&mut scenario, o);
     // A fault the backend cannot do is bad input: refused before anything starts.
-    let chosen = backend::resolve(scenario.cluster.backend, scenario.lock.service).await;
+    let postgres = scenario.storage.kind == StorageKind::Postgres;
+    let chosen = match scenario.cluster.backend {
+        // PostgreSQL runs on the process backend only (validate refuses docker).
+        BackendKind::Auto if postgres => BackendKind::Process,
+        kind => backend::resolve(kind, scenario.lock.service).await,
+    };
     if let Ok(text) = std::fs::read_to_string(scenario_path) {
         let file = scenario_path.display().to_string();
         crate::scenario::check_backend(&scenario, chosen, &text, &file)?;
@@ -188,6 +195,19 @@ pub async fn run(
         }
         Err(e) => Err(e.into()),
     };
+    if postgres {
+        // On every path that got this far (an interrupted run too): the log table
+        // becomes storage.jsonl while the database is still up.
+        match crate::backend::postgres::export(dep.storage, &run.dir.join(rundir::STORAGE_LOG))
+            .await
+        {
+            Ok(n) => run.say(&format!("exported {n} PostgreSQL log rows")),
+            Err(e) => tracing::warn!(
+                "exporting PostgreSQL's log table failed: {e:#}; the data stays in {}",
+                run.dir.join(crate::backend::postgres::DATA).display()
+            ),
+        }
+    }
     backend.lock().await.stop().await;
     outcome?;
     run.say("checking the recorded history");
@@ -316,6 +336,11 @@ fn write_run_info(
         resource: match s.storage.kind {
             StorageKind::Fencecheck => format!("fencecheck ({})", s.storage.durability.as_str()),
             StorageKind::Http => format!("http {}", s.storage.url.as_deref().unwrap_or_default()),
+            StorageKind::Postgres => format!(
+                "postgres (isolation {}, synchronous_commit {})",
+                s.storage.isolation.unwrap_or_default().as_str(),
+                s.storage.synchronous_commit.unwrap_or_default().as_str()
+            ),
         },
         time_origin_ns: start_ns,
         time_end_ns: end_ns,
@@ -356,6 +381,11 @@ fn start_workers(
                 links.storage_url(id).trim_end_matches('/'),
                 run.storage_path
             ),
+            postgres: (s.storage.kind == StorageKind::Postgres).then(|| PgClientConfig {
+                addr: links.worker_storage[id as usize].local_addr().to_string(),
+                fencing: s.storage.fencing,
+                isolation: s.storage.isolation.unwrap_or_default(),
+            }),
             token: s.storage.token.mode(),
             keys: s.workload.keys,
             ops_per_hold: s.workload.ops_per_hold,
@@ -480,6 +510,14 @@ async fn final_reads(run: &Run<'_>, dep: &Deployment) -> Result<()> {
         .timeout(Duration::from_secs(5))
         .build()?;
     let url = format!("http://{}{}", dep.storage, run.storage_path);
+    let mut pg = (s.storage.kind == StorageKind::Postgres).then(|| {
+        let cfg = PgClientConfig {
+            addr: dep.storage.to_string(),
+            fencing: s.storage.fencing,
+            isolation: s.storage.isolation.unwrap_or_default(),
+        };
+        PgResource::new(cfg, Duration::from_secs(5))
+    });
     for k in 0..s.workload.keys {
         let key = format!("k{k}");
         let mut inv = Event::new(
@@ -499,7 +537,10 @@ async fn final_reads(run: &Run<'_>, dep: &Deployment) -> Result<()> {
             client: "final".into(),
             request_id: u64::from(k) + 1,
         };
-        let res = crate::resource::fencecheck::call(&http, &url, &req).await;
+        let res = match pg.as_mut() {
+            Some(pg) => pg.call(&req).await,
+            None => crate::resource::fencecheck::call(&http, &url, &req).await,
+        };
         let mut e = Event::new(Process::Named("final".into()), EventType::Ok, F::FinalRead);
         e.key = Some(key);
         match res {

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::lock::{self, Acquire, ClientConfig, Granted, LockClient};
+use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::{fencecheck::HttpStorage, FencedResource};
 use crate::scenario::TokenMode;
 use fencecheck_storage::{OpKind, Request, Verdict};
@@ -40,6 +41,9 @@ pub struct WorkerConfig {
     pub id: u32,
     pub lock: ClientConfig,
     pub storage_url: String,
+    /// Set when the resource is PostgreSQL (`[storage] kind = "postgres"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PgClientConfig>,
     pub token: TokenMode,
     pub keys: u32,
     pub ops_per_hold: u32,
@@ -100,10 +104,13 @@ enum HoldOutcome {
 pub async fn run(cfg: WorkerConfig) -> Result<()> {
     let log = Arc::new(Mutex::new(EventWriter::create(&cfg.events)?));
     let lock = lock::connect(&cfg.lock).await?;
-    let storage = Box::new(HttpStorage::new(
-        cfg.storage_url.clone(),
-        Duration::from_secs(2),
-    )?);
+    let storage: Box<dyn FencedResource> = match &cfg.postgres {
+        Some(pg) => Box::new(PgResource::new(pg.clone(), Duration::from_secs(2))),
+        None => Box::new(HttpStorage::new(
+            cfg.storage_url.clone(),
+            Duration::from_secs(2),
+        )?),
+    };
     let mut w = Worker {
         me: Process::Worker(cfg.id),
         cfg,
@@ -255,8 +262,13 @@ impl Worker {
             let Some(v) = self.read(&op).await? else {
                 break;
             };
-            tokio::time::sleep(think).await;
-            if !self.write(&op, v.unwrap_or(0) + 1).await? {
+            // check-then-write: the think time goes between the check and the update.
+            let inside = self.storage.thinks_inside_writes();
+            if !inside {
+                tokio::time::sleep(think).await;
+            }
+            let think_inside = if inside { think } else { Duration::ZERO };
+            if !self.write(&op, v.unwrap_or(0) + 1, think_inside).await? {
                 break;
             }
         }
@@ -297,10 +309,13 @@ impl Worker {
             &self.log,
             &self.op_event(EventType::Invoke, F::Read, op, id),
         )?;
-        match self.storage.call(&req).await {
+        let res = self.storage.call(&req).await;
+        let retries = self.retries();
+        match res {
             Ok(a) => {
                 let mut e = self.op_event(EventType::Ok, F::Read, op, id);
                 e.value = a.value;
+                e.detail = retries;
                 record(&self.log, &e)?;
                 Ok(Some(a.value))
             }
@@ -309,6 +324,7 @@ impl Worker {
                 // (a fenced read raises the key's max): its effect is unknown.
                 let mut e = self.op_event(EventType::Info, F::Read, op, id);
                 e.error = Some(format!("{err:#}"));
+                e.detail = retries;
                 record(&self.log, &e)?;
                 Ok(None)
             }
@@ -316,15 +332,28 @@ impl Worker {
     }
 
     /// Returns whether the write was accepted.
-    async fn write(&mut self, op: &Op<'_>, value: i64) -> Result<bool> {
+    /// The resource's retries of the last call, as an event's `detail`.
+    fn retries(&mut self) -> Option<serde_json::Value> {
+        match self.storage.take_retries() {
+            0 => None,
+            n => Some(serde_json::json!({ "retries": n })),
+        }
+    }
+
+    async fn write(&mut self, op: &Op<'_>, value: i64, think: Duration) -> Result<bool> {
         let req = self.request(op, OpKind::Write, Some(value));
         let id = req.request_id;
         let mut inv = self.op_event(EventType::Invoke, F::Write, op, id);
         inv.value = Some(value);
         record(&self.log, &inv)?;
-        let res = self.storage.call(&req).await;
+        let res = if think.is_zero() {
+            self.storage.call(&req).await
+        } else {
+            self.storage.call_thinking(&req, think).await
+        };
         let mut e = self.op_event(EventType::Info, F::Write, op, id);
         e.value = Some(value);
+        e.detail = self.retries();
         let accepted = match res {
             Ok(a) if a.verdict == Verdict::Accepted => {
                 e.kind = EventType::Ok;

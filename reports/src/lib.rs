@@ -320,6 +320,10 @@ pub struct Stats {
     pub writes_rejected: u64,
     pub writes_unknown: u64,
     pub keepalive_lost: u64,
+    /// Transactions the storage retried after a serialization failure (PostgreSQL
+    /// at `isolation = "serializable"`, SQLSTATE 40001); 0 for other storages.
+    #[serde(default)]
+    pub serialization_retries: u64,
     pub latency: Vec<Latency>,
 }
 

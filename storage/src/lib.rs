@@ -45,6 +45,10 @@ pub enum Fencing {
     Exact,
     /// Accept everything: the negative control.
     Off,
+    /// The classic mistake, PostgreSQL storage only (`[storage] kind =
+    /// "postgres"`): read the max token, compare in the client, then update in a
+    /// second statement. It means to be `monotonic`; this storage refuses to run it.
+    CheckThenWrite,
 }
 
 impl Fencing {
@@ -54,6 +58,16 @@ impl Fencing {
             Fencing::Monotonic => "monotonic",
             Fencing::Exact => "exact",
             Fencing::Off => "off",
+            Fencing::CheckThenWrite => "check-then-write",
+        }
+    }
+
+    /// The rule the mode means to enforce: `check-then-write` means `monotonic`
+    /// (the checkers hold it to that).
+    pub fn intended(self) -> Fencing {
+        match self {
+            Fencing::CheckThenWrite => Fencing::Monotonic,
+            f => f,
         }
     }
 }
@@ -65,8 +79,10 @@ impl std::str::FromStr for Fencing {
             "monotonic" => Ok(Fencing::Monotonic),
             "exact" => Ok(Fencing::Exact),
             "off" => Ok(Fencing::Off),
+            "check-then-write" => Ok(Fencing::CheckThenWrite),
             other => Err(format!(
-                "unknown fencing mode {other:?}, expected monotonic, exact or off"
+                "unknown fencing mode {other:?}, expected monotonic, exact, off or \
+                 check-then-write"
             )),
         }
     }
@@ -211,6 +227,12 @@ impl Store {
         fencing: Fencing,
         durability: Durability,
     ) -> std::io::Result<Store> {
+        if fencing == Fencing::CheckThenWrite {
+            return Err(std::io::Error::other(
+                "fencing check-then-write is a PostgreSQL mode (two SQL statements); \
+                 this storage decides atomically",
+            ));
+        }
         let (cells, seq, records) = rebuild(log_path)?;
         if records > 0 {
             tracing::info!(
@@ -347,7 +369,7 @@ fn decide(fencing: Fencing, req: &Request, before: Cell) -> (Verdict, Cell) {
         OpKind::Write => {
             let accept = match fencing {
                 Fencing::Off => true,
-                Fencing::Monotonic => match (before.token, req.token) {
+                Fencing::Monotonic | Fencing::CheckThenWrite => match (before.token, req.token) {
                     (Some(max), Some(t)) => t >= max,
                     _ => true,
                 },

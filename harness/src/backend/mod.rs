@@ -4,6 +4,7 @@
 //! [`Backend`].
 
 pub mod docker;
+pub mod postgres;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -81,6 +82,12 @@ impl Backend {
                 let reason = format!("requested; Docker engine {}", engine.version);
                 return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
                     .await;
+            }
+            BackendKind::Auto
+                if scenario.storage.kind == crate::scenario::StorageKind::Postgres =>
+            {
+                "auto: PostgreSQL storage runs on the process backend only, so local processes"
+                    .to_string()
             }
             BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
                 format!(

@@ -41,6 +41,9 @@ pub struct ProcessBackend {
     peer_proxies: Vec<Proxy>,
     /// Pids frozen by `pause` and not yet resumed.
     paused: HashSet<u32>,
+    /// PostgreSQL, when it is the storage (`[storage] kind = "postgres"`); boxed,
+    /// as most runs have none.
+    pg: Option<Box<super::postgres::PgServer>>,
 }
 
 fn member_ip(i: usize) -> String {
@@ -103,6 +106,7 @@ impl ProcessBackend {
             storage: None,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
             paused: HashSet::new(),
+            pg: None,
         };
         for spec in plan.members {
             let mut m = Member { spec, child: None };
@@ -112,8 +116,20 @@ impl ProcessBackend {
             }
             backend.members.push(m);
         }
+        let postgres = scenario.storage.kind == crate::scenario::StorageKind::Postgres;
         let storage_addr = match external {
             Some(addr) => addr,
+            None if postgres => match super::postgres::PgServer::start(scenario, run_dir).await {
+                Ok(pg) => {
+                    let addr = pg.addr;
+                    backend.pg = Some(Box::new(pg));
+                    addr
+                }
+                Err(e) => {
+                    backend.stop().await;
+                    return Err(e);
+                }
+            },
             None => match backend.start_storage(scenario, run_dir) {
                 Ok(addr) => addr,
                 Err(e) => {
@@ -132,7 +148,8 @@ impl ProcessBackend {
         }
         // A storage of the user's own was probed before the run began (its /health
         // is not part of the protocol); ours is polled until it answers.
-        let ours = external.is_none();
+        // PostgreSQL answered `SELECT 1` before its tables were made.
+        let ours = external.is_none() && !postgres;
         if ours {
             if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
                 backend.stop().await;
@@ -173,6 +190,9 @@ impl ProcessBackend {
     }
 
     pub fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
+        if let (Service::Storage, Some(pg)) = (who, self.pg.as_mut()) {
+            return pg.pause();
+        }
         let pid = self.pid_of(who)?;
         // Recorded before the signal, so a heal never misses it.
         self.paused.insert(pid);
@@ -181,6 +201,9 @@ impl ProcessBackend {
     }
 
     pub fn resume(&mut self, who: Service) -> Result<()> {
+        if let (Service::Storage, Some(pg)) = (who, self.pg.as_mut()) {
+            return pg.resume();
+        }
         let pid = self.pid_of(who)?;
         self.paused.remove(&pid);
         kill(Pid::from_raw(pid as i32), Signal::SIGCONT).context("SIGCONT")?;
@@ -213,6 +236,9 @@ impl ProcessBackend {
 
     /// SIGKILLs the storage (its log stays: it is the storage's state).
     pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        if let Some(pg) = self.pg.as_mut() {
+            return pg.kill().await;
+        }
         let mut c = self.storage.take().context("the storage is not running")?;
         let pid = c.pid();
         self.paused.remove(&pid);
@@ -223,6 +249,9 @@ impl ProcessBackend {
     /// Starts the storage again on the same address and log, and waits until it
     /// answers: it rebuilds its state from the log before it listens.
     pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        if let Some(pg) = self.pg.as_mut() {
+            return pg.restart().await;
+        }
         let spec = self
             .storage_spec
             .as_ref()
@@ -253,6 +282,14 @@ impl ProcessBackend {
                 done.push(format!("restarted member {i}"));
             }
         }
+        if let Some(pg) = self.pg.as_mut() {
+            if pg.heal_paused() {
+                done.push("continued PostgreSQL".into());
+            }
+            if !pg.is_running() && pg.restart().await.is_ok() {
+                done.push("restarted PostgreSQL".into());
+            }
+        }
         if self.storage_spec.is_some()
             && self.storage.is_none()
             && self.restart_storage().await.is_ok()
@@ -264,6 +301,9 @@ impl ProcessBackend {
 
     pub async fn stop(&mut self) {
         self.heal_paused();
+        if let Some(pg) = self.pg.as_mut() {
+            pg.stop().await;
+        }
         if let Some(mut s) = self.storage.take() {
             s.stop(Duration::from_secs(2)).await;
         }

@@ -16,11 +16,13 @@ pub use fencecheck_storage::{Durability, Fencing};
 mod expect;
 mod fault;
 mod locate;
+mod pg;
 mod validate;
 
 pub use expect::{Count, Expect};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
+pub use pg::{Isolation, SyncCommit};
 pub use validate::{check_backend, http_url, line_of_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
@@ -318,6 +320,10 @@ pub enum StorageKind {
     /// The user's own service at `url`, speaking `docs/storage-protocol.md`; no
     /// log, so the checkers judge from the client-observed history.
     Http,
+    /// PostgreSQL 15, started by the process backend in the run directory; its
+    /// log table, exported to `storage.jsonl` at the end, is what the checkers
+    /// judge from.
+    Postgres,
 }
 
 impl StorageKind {
@@ -325,12 +331,13 @@ impl StorageKind {
         match self {
             StorageKind::Fencecheck => "fencecheck",
             StorageKind::Http => "http",
+            StorageKind::Postgres => "postgres",
         }
     }
 
     /// Does this kind leave a storage log for the checkers?
     pub fn has_log(self) -> bool {
-        self == StorageKind::Fencecheck
+        matches!(self, StorageKind::Fencecheck | StorageKind::Postgres)
     }
 }
 
@@ -352,6 +359,12 @@ pub struct Storage {
     /// the kernel; survives a kill of the storage) or `fsync` (per record).
     #[serde(default)]
     pub durability: Durability,
+    /// PostgreSQL: the transactions' isolation level (unset: read committed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// PostgreSQL: `synchronous_commit` (unset: on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous_commit: Option<SyncCommit>,
 }
 
 impl Default for Storage {
@@ -362,6 +375,8 @@ impl Default for Storage {
             fencing: defaults::fencing(),
             token: TokenName::default(),
             durability: Durability::default(),
+            isolation: None,
+            synchronous_commit: None,
         }
     }
 }

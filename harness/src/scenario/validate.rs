@@ -51,7 +51,7 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
     }
     storage_rules(s, &err)?;
     if let Some(why) = storage_unavailable(s, s.cluster.backend) {
-        return Err(err("durability", why));
+        return Err(err(storage_key(s), why));
     }
     for i in 0..s.faults.len() {
         fault_rules(s, i, text, file)?;
@@ -83,8 +83,9 @@ fn storage_rules(
                     .into(),
             ))
         }
-        (StorageKind::Fencecheck, None) => {}
+        (StorageKind::Fencecheck, None) | (StorageKind::Postgres, _) => {}
     }
+    super::pg::rules(s, err)?;
     if st.kind == StorageKind::Http && st.durability != Durability::Flush {
         return Err(err(
             "durability",
@@ -116,10 +117,21 @@ pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
     Ok((host, port, path))
 }
 
+/// The `[storage]` line a backend refusal points at.
+fn storage_key(s: &Scenario) -> &'static str {
+    match s.storage.kind {
+        StorageKind::Postgres => "kind",
+        _ => "durability",
+    }
+}
+
 /// What of `[storage]` the backend cannot honour. The docker backend's storage
 /// container is started with its fencing mode alone, so it would silently run
 /// `flush`: refused rather than reported as fsync.
 fn storage_unavailable(s: &Scenario, backend: BackendKind) -> Option<String> {
+    if backend == BackendKind::Docker && s.storage.kind == StorageKind::Postgres {
+        return Some(super::pg::docker_unavailable());
+    }
     (backend == BackendKind::Docker && s.storage.durability == Durability::Fsync).then(|| {
         "storage.durability = \"fsync\" is honoured on the process backend only (the docker \
          backend's storage runs with flush); use backend = \"process\""
@@ -450,7 +462,7 @@ pub fn check_backend(
     if let Some(why) = storage_unavailable(s, backend) {
         return Err(ScenarioError {
             file: file.to_string(),
-            line: line_of_key(text, "durability"),
+            line: line_of_key(text, storage_key(s)),
             message: why,
         });
     }
