@@ -28,10 +28,17 @@ pub struct Removed {
     pub volumes: Vec<String>,
 }
 
+/// How long a removal keeps trying while the engine is still busy with the run's
+/// objects (a container whose removal is already in progress, a volume still in
+/// use by it, a network with an endpoint left): Ctrl-C can land while the run's
+/// own stop is half-way through removing them.
+const SETTLE: Duration = Duration::from_secs(20);
+
 /// Removes the containers (forced), volumes and networks labelled
-/// `fencecheck.run=<run_id>`, or of every run when `run_id` is None. A run's reaper
-/// container goes last: while anything else of the run exists, something must be
-/// left to remove it should this harness die half-way.
+/// `fencecheck.run=<run_id>`, or of every run when `run_id` is None, trying again
+/// until nothing is left or [`SETTLE`] has passed. A run's reaper container goes
+/// last, and only once everything else is gone: while anything else of the run
+/// exists, the reaper is what removes it should this harness die or give up.
 pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
     let label = match run_id {
         Some(id) => format!("{RUN_LABEL}={id}"),
@@ -39,12 +46,43 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
     };
     let filters = HashMap::from([("label".to_string(), vec![label])]);
     let mut removed = Removed::default();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let (errors, reapers) = loop {
+        let (errors, reapers) = remove_pass(d, &filters, &mut removed).await?;
+        if errors.is_empty() || tokio::time::Instant::now() >= deadline {
+            break (errors, reapers);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    if !errors.is_empty() {
+        // The reapers stay: they remove the rest once this harness is gone.
+        bail!("{}", errors.join("; "));
+    }
+    for (id, name) in reapers {
+        match remove_container(d, &id).await {
+            // Auto-removed while we looked: gone either way.
+            Ok(()) => removed.containers.push(name),
+            Err(e) if is_not_found(&e) => removed.containers.push(name),
+            Err(e) => bail!("docker rm {name}: {e}"),
+        }
+    }
+    Ok(removed)
+}
+
+/// One pass over the run's objects: every container but the reapers, then the
+/// volumes, then the networks. Returns what could not be removed yet, and the
+/// reapers (id, name) found.
+async fn remove_pass(
+    d: &Docker,
+    filters: &HashMap<String, Vec<String>>,
+    removed: &mut Removed,
+) -> Result<(Vec<String>, Vec<(String, String)>)> {
     let mut errors = Vec::new();
-    let mut containers = d
+    let containers = d
         .list_containers(Some(
             ListContainersOptionsBuilder::default()
                 .all(true)
-                .filters(&filters)
+                .filters(filters)
                 .build(),
         ))
         .await
@@ -55,7 +93,6 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
             .and_then(|l| l.get(ROLE_LABEL))
             .is_some_and(|r| r == "reaper")
     };
-    containers.sort_by_key(is_reaper);
     let mut reapers = Vec::new();
     for c in containers {
         let reaper = is_reaper(&c);
@@ -66,19 +103,20 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
             .map(|n| n.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
         if reaper {
-            // After the volumes and networks (below).
+            // After everything else (see remove_run).
             reapers.push((id, name));
             continue;
         }
         match remove_container(d, &id).await {
             Ok(()) => removed.containers.push(name),
+            Err(e) if is_gone(&e) => removed.containers.push(name),
             Err(e) => errors.push(format!("docker rm {name}: {e}")),
         }
     }
     let volumes = d
         .list_volumes(Some(
             ListVolumesOptionsBuilder::default()
-                .filters(&filters)
+                .filters(filters)
                 .build(),
         ))
         .await
@@ -92,13 +130,14 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
             .await
         {
             Ok(()) => removed.volumes.push(v.name),
+            Err(e) if is_gone(&e) => removed.volumes.push(v.name),
             Err(e) => errors.push(format!("docker volume rm {}: {e}", v.name)),
         }
     }
     let networks = d
         .list_networks(Some(
             ListNetworksOptionsBuilder::default()
-                .filters(&filters)
+                .filters(filters)
                 .build(),
         ))
         .await
@@ -107,21 +146,11 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
         let Some(name) = n.name else { continue };
         match d.remove_network(&name).await {
             Ok(()) => removed.networks.push(name),
+            Err(e) if is_gone(&e) => removed.networks.push(name),
             Err(e) => errors.push(format!("docker network rm {name}: {e}")),
         }
     }
-    for (id, name) in reapers {
-        match remove_container(d, &id).await {
-            Ok(()) => removed.containers.push(name),
-            // Auto-removed while we looked: gone either way.
-            Err(e) if is_not_found(&e) => removed.containers.push(name),
-            Err(e) => errors.push(format!("docker rm {name}: {e}")),
-        }
-    }
-    if !errors.is_empty() {
-        bail!("{}", errors.join("; "));
-    }
-    Ok(removed)
+    Ok((errors, reapers))
 }
 
 /// Forced removal with anonymous volumes; a paused container is thawed first, so
@@ -141,6 +170,18 @@ async fn remove_container(
         ),
     )
     .await
+}
+
+/// 404 alone: the object is gone. (A 409 "removal already in progress" or "in
+/// use" means not yet: the next pass tries again.)
+fn is_gone(e: &testcontainers::bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        testcontainers::bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
 }
 
 pub(super) fn is_not_found(e: &testcontainers::bollard::errors::Error) -> bool {
