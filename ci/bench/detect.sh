@@ -103,11 +103,12 @@ awk -F'\t' -v n="$SEEDS" '
     if ($8 != "-") tv[$1] = tv[$1] " " $8;
     if ($9 != "-") tf[$1] = tf[$1] " " $9;
     wall[$1] = wall[$1] " " $10 }
+  function secs(x) { return x == "-" ? "-" : x " s" }
   END {
     printf "%-22s %9s  %-22s %-12s %21s %24s %12s\n", "scenario", "detected", "missed seeds", "errors (rc 2)", "median 1st violation", "median 1st fresh-rejected", "median wall"
     for (i = 1; i <= m; i++) { s = order[i]
-      printf "%-22s %6d/%-2d  %-22s %-12s %19s s %22s s %10s s\n", s, det[s], n,
+      printf "%-22s %6d/%-2d  %-22s %-12s %21s %24s %12s\n", s, det[s], n,
         (miss[s] == "" ? "-" : substr(miss[s], 2)), (err[s] == "" ? "-" : substr(err[s], 2)),
-        median(tv[s]), median(tf[s]), median(wall[s]) }
+        secs(median(tv[s])), secs(median(tf[s])), secs(median(wall[s])) }
   }' "$RESULTS" | tee "$OUT/summary.txt"
 echo "rows: $RESULTS"
