@@ -7,8 +7,10 @@
 # write (report.json: run.time_origin_ns, checks.fencing.violations[].stale.time_ns,
 # checks.fencing.fresh_rejected_examples[].time_ns).
 #
-#   ci/bench/detect.sh SCENARIO.toml... [--seeds N] [--backend process] [--jobs J] [--out DIR]
+#   ci/bench/detect.sh SCENARIO.toml... [--seeds N] [--backend process] [--etcd 3.5|3.4]
+#                      [--jobs J] [--out DIR]
 #
+# (The nightly runs every scenario on etcd 3.5 and on 3.4: measure both.)
 # Defaults: 20 seeds, process backend, 1 run at a time (each run's timing is part
 # of what is measured; --jobs 2 halves the wall time on a loaded machine at the
 # cost of more contention). Uses target/release/fencecheck (or $FENCECHECK_BIN).
@@ -16,16 +18,17 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 usage() {
-  echo "usage: ci/bench/detect.sh SCENARIO.toml... [--seeds N] [--backend auto|process|docker] [--jobs J] [--out DIR]" >&2
+  echo "usage: ci/bench/detect.sh SCENARIO.toml... [--seeds N] [--backend auto|process|docker] [--etcd 3.5|3.4] [--jobs J] [--out DIR]" >&2
   exit 2
 }
 is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 
-SEEDS=20 BACKEND=process JOBS=1 OUT="" FILES=()
+SEEDS=20 BACKEND=process ETCD="" JOBS=1 OUT="" FILES=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) [ $# -ge 2 ] && is_int "$2" || usage; SEEDS=$2; shift 2 ;;
     --backend) [ $# -ge 2 ] || usage; BACKEND=$2; shift 2 ;;
+    --etcd) [ $# -ge 2 ] || usage; ETCD=$2; shift 2 ;;
     --jobs) [ $# -ge 2 ] && is_int "$2" || usage; JOBS=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
     -h|--help) usage ;;
@@ -36,6 +39,9 @@ while [ $# -gt 0 ]; do
 done
 [ ${#FILES[@]} -gt 0 ] || usage
 case "$BACKEND" in auto|process|docker) ;; *) echo "detect.sh: bad --backend $BACKEND" >&2; usage ;; esac
+case "$ETCD" in ""|3.5|3.4) ;; *) echo "detect.sh: bad --etcd $ETCD" >&2; usage ;; esac
+ETCD_ARGS=()
+[ -n "$ETCD" ] && ETCD_ARGS=(--etcd "$ETCD")
 BIN="${FENCECHECK_BIN:-target/release/fencecheck}"
 [ -x "$BIN" ] || { echo "detect.sh: $BIN missing: cargo build --release -p fencecheck" >&2; exit 2; }
 command -v jq >/dev/null || { echo "detect.sh: jq is needed" >&2; exit 2; }
@@ -54,7 +60,7 @@ one() {
   t0=$(date +%s%N)
   # A hard bound per run: the scenarios are ≤ 30 s; 5 minutes means the harness hung.
   timeout --signal=INT --kill-after=30 300 \
-    "$BIN" scenario "$file" --seed "$seed" --backend "$BACKEND" --quiet --out "$dir" \
+    "$BIN" scenario "$file" --seed "$seed" --backend "$BACKEND" "${ETCD_ARGS[@]}" --quiet --out "$dir" \
     >"$dir.verdict.txt" 2>&1 || rc=$?
   wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   local row
@@ -73,7 +79,7 @@ one() {
   printf '%s\n' "$row" | awk -F'\t' '{printf "  %-22s seed %-3s rc %s detected %-3s stale_accepted %-4s fresh_rejected %-4s first violation %s s, first fresh-rejected %s s (%s s)\n", $1,$2,$3,$4,$5,$6,$8,$9,$10}'
 }
 
-echo "detect: ${#FILES[@]} scenario(s) × seeds 1..$SEEDS, backend $BACKEND, $JOBS at a time → $OUT"
+echo "detect: ${#FILES[@]} scenario(s) × seeds 1..$SEEDS, backend $BACKEND, etcd ${ETCD:-as each scenario says}, $JOBS at a time → $OUT"
 for file in "${FILES[@]}"; do
   mkdir -p "$OUT/$(basename "$file" .toml)"
   for seed in $(seq 1 "$SEEDS"); do
