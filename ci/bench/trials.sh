@@ -11,20 +11,23 @@
 # engine may be shared), so that the next trial starts clean.
 #
 #   ci/bench/trials.sh --backend process|docker [--runs 20] [--signal int|kill|both]
-#                      [--max-delay SECONDS] [--seed N] [--out DIR]
+#                      [--min-delay S] [--max-delay S] [--seed N] [--out DIR]
 #
+# The delay is drawn from [--min-delay, --max-delay] (default 0..25 s: pause.toml
+# runs ~21 s, so most draws land in the workload; --min-delay 20 --max-delay 22
+# aims at the wind-down: heal, final reads, checks, report).
 # Uses target/release/fencecheck (or $FENCECHECK_BIN). Prints one row per trial
 # and a table: backend, signal, runs, runs with leftovers, leftovers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 usage() {
-  echo "usage: ci/bench/trials.sh --backend process|docker [--runs N] [--signal int|kill|both] [--max-delay SECONDS] [--seed N] [--out DIR]" >&2
+  echo "usage: ci/bench/trials.sh --backend process|docker [--runs N] [--signal int|kill|both] [--min-delay S] [--max-delay S] [--seed N] [--out DIR]" >&2
   exit 2
 }
 is_int() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
-BACKEND="" RUNS=20 SIGNALS="int kill" MAX_DELAY=25 SEED=$$ OUT=""
+BACKEND="" RUNS=20 SIGNALS="int kill" MIN_DELAY=0 MAX_DELAY=25 SEED=$$ OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) [ $# -ge 2 ] || usage; BACKEND=$2; shift 2 ;;
@@ -33,7 +36,8 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || usage
       case "$2" in int|kill) SIGNALS=$2 ;; both) SIGNALS="int kill" ;; *) usage ;; esac
       shift 2 ;;
-    --max-delay) [ $# -ge 2 ] && is_int "$2" && [ "$2" -gt 0 ] && [ "$2" -le 32 ] || usage; MAX_DELAY=$2; shift 2 ;;
+    --min-delay) [ $# -ge 2 ] && is_int "$2" || usage; MIN_DELAY=$2; shift 2 ;;
+    --max-delay) [ $# -ge 2 ] && is_int "$2" && [ "$2" -gt 0 ] || usage; MAX_DELAY=$2; shift 2 ;;
     --seed) [ $# -ge 2 ] && is_int "$2" || usage; SEED=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
     -h|--help) usage ;;
@@ -41,6 +45,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$BACKEND" in process|docker) ;; *) echo "trials.sh: --backend process or docker is required" >&2; usage ;; esac
+[ "$MIN_DELAY" -lt "$MAX_DELAY" ] && [ $((MAX_DELAY - MIN_DELAY)) -le 32 ] \
+  || { echo "trials.sh: need --min-delay < --max-delay, at most 32 s apart" >&2; usage; }
 BIN="${FENCECHECK_BIN:-target/release/fencecheck}"
 [ -x "$BIN" ] || { echo "trials.sh: $BIN missing: cargo build --release -p fencecheck" >&2; exit 2; }
 if [ "$BACKEND" = docker ]; then
@@ -96,8 +102,8 @@ trial() {   # SIGNAL INDEX
   local sig=$1 i=$2 dir log delay_ms pid rc phase run_id t p c n v gone before
   dir="$OUT/$BACKEND-$sig-$(printf %02d "$i")"
   log="$dir.stderr"
-  # 0 .. MAX_DELAY s in ms steps (two draws: $RANDOM is 15 bits).
-  delay_ms=$(( (RANDOM * 32768 + RANDOM) % (MAX_DELAY * 1000 + 1) ))
+  # MIN_DELAY .. MAX_DELAY s in ms steps (two draws: $RANDOM is 15 bits).
+  delay_ms=$(( MIN_DELAY * 1000 + (RANDOM * 32768 + RANDOM) % ((MAX_DELAY - MIN_DELAY) * 1000 + 1) ))
   # Not --quiet: the phase lines tell what the harness was doing when signalled,
   # and a docker run announces its run id before it creates anything.
   "$BIN" scenario scenarios/pause.toml --backend "$BACKEND" --out "$dir" >"$dir.stdout" 2>"$log" &
@@ -113,7 +119,7 @@ trial() {   # SIGNAL INDEX
   # Wait for the harness to exit, bounded; a harness still there after 30 s is a
   # finding (recorded), then killed so the trial can end.
   t=0
-  while kill -0 "$pid" 2>/dev/null && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+  { while kill -0 "$pid" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done; } 2>/dev/null
   if kill -0 "$pid" 2>/dev/null; then
     echo "  trial $i: harness $pid still running 30 s after SIG${sig^^}; killing it" >&2
     phase="$phase; HUNG after SIG${sig^^}"
@@ -151,7 +157,7 @@ trial() {   # SIGNAL INDEX
     "${phase:--}" "$before" "$rc" "$p" "$c" "$n" "$v"
 }
 
-echo "trials: $BACKEND, signals: $SIGNALS, $RUNS runs each, delay 0..$MAX_DELAY s (seed $SEED) → $OUT"
+echo "trials: $BACKEND, signals: $SIGNALS, $RUNS runs each, delay $MIN_DELAY..$MAX_DELAY s (seed $SEED) → $OUT"
 for sig in $SIGNALS; do
   for i in $(seq 1 "$RUNS"); do trial "$sig" "$i"; done
 done
