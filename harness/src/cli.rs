@@ -153,8 +153,9 @@ enum BenchWhat {
     },
 }
 
-fn runtime(multi: bool) -> std::io::Result<tokio::runtime::Runtime> {
-    if multi {
+/// Runs `f` on a fresh tokio runtime; a runtime that cannot start is exit 2.
+fn block_on<F: std::future::Future<Output = i32>>(multi: bool, f: F) -> i32 {
+    let rt = if multi {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -162,12 +163,24 @@ fn runtime(multi: bool) -> std::io::Result<tokio::runtime::Runtime> {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
+    };
+    match rt {
+        Ok(rt) => rt.block_on(f),
+        Err(e) => error(e),
     }
 }
 
 fn error(msg: impl std::fmt::Display) -> i32 {
     eprintln!("fencecheck: error: {msg}");
     EXIT_ERROR
+}
+
+fn verdict(passed: bool) -> i32 {
+    if passed {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    }
 }
 
 pub fn main() -> i32 {
@@ -179,7 +192,12 @@ pub fn main() -> i32 {
     }
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // testcontainers logs what the docker backend reports itself (a
+            // container that exits before its ready line becomes the run's one-line
+            // error), and the ZooKeeper client warns on every reconnect attempt,
+            // which fault injection makes routine: only their errors, if that.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,testcontainers=off,zookeeper_client=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -205,10 +223,6 @@ pub fn main() -> i32 {
             out,
             quiet,
         } => {
-            let scenario = match Scenario::load(&file) {
-                Ok(s) => s,
-                Err(e) => return error(e),
-            };
             let o = Overrides {
                 seed,
                 backend,
@@ -217,33 +231,7 @@ pub fn main() -> i32 {
                 etcd,
                 out,
             };
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            let result = rt.block_on(async {
-                tokio::select! {
-                    r = crate::run::run(&file, scenario, &o, quiet) => Some(r),
-                    // Outside the main phase (start-up, wind-down) Ctrl-C drops the run:
-                    // every child is killed and continued by its Drop.
-                    _ = tokio::signal::ctrl_c() => None,
-                }
-            });
-            match result {
-                Some(Ok((report, dir))) => {
-                    print!("{}", output::verdict_table(&report, &dir));
-                    if report.passed {
-                        EXIT_PASS
-                    } else {
-                        EXIT_FAIL
-                    }
-                }
-                Some(Err(RunError::Interrupted(d))) => {
-                    error(format!("interrupted; recorded files are in {d}"))
-                }
-                Some(Err(RunError::Harness(e))) => error(format!("{e:#}")),
-                None => error("interrupted"),
-            }
+            scenario(&file, &o, quiet)
         }
         Command::Suite {
             paths,
@@ -254,16 +242,6 @@ pub fn main() -> i32 {
             out,
             quiet,
         } => {
-            let paths = if paths.is_empty() {
-                vec![PathBuf::from("scenarios")]
-            } else {
-                paths
-            };
-            let files = match crate::suite::scenario_files(&paths) {
-                Ok(f) => f,
-                Err(e) => return error(format!("{e:#}")),
-            };
-            let out = out.unwrap_or_else(crate::suite::default_suite_dir);
             let o = Overrides {
                 seed,
                 backend,
@@ -272,90 +250,14 @@ pub fn main() -> i32 {
                 etcd,
                 out: None,
             };
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            let res = rt.block_on(async {
-                tokio::select! {
-                    r = crate::suite::run_suite(&files, &o, &out, quiet) => Some(r),
-                    _ = tokio::signal::ctrl_c() => None,
-                }
-            });
-            match res {
-                Some(Ok(outcomes)) => {
-                    print!("{}", crate::suite::summary_table(&outcomes, &out));
-                    if outcomes.iter().any(|o| o.report.is_none()) {
-                        EXIT_ERROR
-                    } else if outcomes
-                        .iter()
-                        .all(|o| o.report.as_ref().is_some_and(|r| r.passed))
-                    {
-                        EXIT_PASS
-                    } else {
-                        EXIT_FAIL
-                    }
-                }
-                Some(Err(e)) => error(format!("{e:#}")),
-                None => error("interrupted"),
-            }
+            suite(paths, &o, out, quiet)
         }
-        Command::Check { run_dir } | Command::Report { run_dir } => {
-            match assess::assess(&run_dir) {
-                Ok(report) => {
-                    print!("{}", output::verdict_table(&report, &run_dir));
-                    if report.passed {
-                        EXIT_PASS
-                    } else {
-                        EXIT_FAIL
-                    }
-                }
-                Err(e) => error(format!("{e:#}")),
-            }
-        }
+        Command::Check { run_dir } | Command::Report { run_dir } => check(&run_dir),
         Command::Validate {
             files,
             schedule,
             seed,
-        } => {
-            let mut bad = 0;
-            for f in &files {
-                match Scenario::load(f) {
-                    Ok(s) => {
-                        println!(
-                            "{}: ok ({}, {} workers, {} faults)",
-                            f.display(),
-                            s.name,
-                            s.workload.workers,
-                            s.faults.len()
-                        );
-                        if schedule {
-                            let seed = seed.or(s.seed).unwrap_or(0);
-                            println!("  schedule with seed {seed}:");
-                            for p in crate::nemesis::plan(&s, seed) {
-                                println!(
-                                    "  #{:<3} at {:>8.3}s  {:<12} {:<24} for {:.3}s",
-                                    p.id,
-                                    p.at.as_secs_f64(),
-                                    p.kind.to_string(),
-                                    p.target.to_string(),
-                                    p.duration.as_secs_f64()
-                                );
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("{e}");
-                        bad += 1;
-                    }
-                }
-            }
-            if bad > 0 {
-                EXIT_ERROR
-            } else {
-                EXIT_PASS
-            }
-        }
+        } => validate(&files, schedule, seed),
         Command::Lincheck {
             file,
             model,
@@ -367,85 +269,194 @@ pub fn main() -> i32 {
                     round_trips,
                     bulk_bytes,
                 },
-        } => {
-            let opts = faultproxy::bench::BenchOptions {
-                round_trips,
-                bulk_bytes,
-                ..Default::default()
-            };
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            match rt.block_on(faultproxy::bench::bench(opts)) {
-                Ok(r) => {
-                    println!("{r}");
-                    EXIT_PASS
-                }
-                Err(e) => error(format!("bench: {e}")),
-            }
-        }
-        Command::Images { etcd } => {
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            match rt.block_on(crate::backend::docker::build_images(&etcd)) {
-                Ok(lines) => {
-                    for l in lines {
-                        println!("{l}");
-                    }
-                    EXIT_PASS
-                }
-                Err(e) => error(format!("{e:#}")),
-            }
-        }
-        Command::Clean { images } => {
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            match rt.block_on(crate::backend::docker::clean(images)) {
-                Ok(lines) => {
-                    for l in lines {
-                        println!("{l}");
-                    }
-                    EXIT_PASS
-                }
-                Err(e) => error(format!("{e:#}")),
-            }
-        }
-        Command::Worker { config } => {
-            let cfg: worker::WorkerConfig = match serde_json::from_str(&config) {
-                Ok(c) => c,
-                Err(e) => return error(format!("bad worker config: {e}")),
-            };
-            match runtime(false)
-                .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(worker::run(cfg)))
-            {
-                Ok(()) => EXIT_PASS,
-                Err(e) => error(format!("worker: {e:#}")),
-            }
-        }
+        } => bench_proxy(round_trips, bulk_bytes),
+        Command::Images { etcd } => lines(crate::backend::docker::build_images(&etcd)),
+        Command::Clean { images } => lines(crate::backend::docker::clean(images)),
+        Command::Worker { config } => worker(&config),
         Command::Storage {
             listen,
             log,
             fencing,
-        } => {
-            let rt = match runtime(true) {
-                Ok(rt) => rt,
-                Err(e) => return error(e),
-            };
-            let shutdown = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            match rt.block_on(fencecheck_storage::serve(
-                listen, log, fencing, None, shutdown,
-            )) {
-                Ok(()) => EXIT_PASS,
-                Err(e) => error(format!("storage: {e:#}")),
+        } => storage(listen, log, fencing),
+    }
+}
+
+/// `fencecheck scenario`: one run, its verdict table, exit 0/1/2.
+fn scenario(arg: &std::path::Path, o: &Overrides, quiet: bool) -> i32 {
+    let file = match Scenario::locate(arg) {
+        Ok(f) => f,
+        Err(e) => return error(e),
+    };
+    let scenario = match Scenario::load(&file) {
+        Ok(s) => s,
+        Err(e) => return error(e),
+    };
+    block_on(true, async {
+        let result = tokio::select! {
+            r = crate::run::run(&file, scenario, o, quiet) => r,
+            // Outside the main phase (start-up, wind-down) Ctrl-C drops the run:
+            // every child is killed and continued by its Drop.
+            _ = tokio::signal::ctrl_c() => return error("interrupted"),
+        };
+        match result {
+            Ok((report, dir)) => {
+                print!("{}", output::verdict_table(&report, &dir));
+                verdict(report.passed)
+            }
+            Err(RunError::Interrupted(d)) => {
+                error(format!("interrupted; recorded files are in {d}"))
+            }
+            Err(RunError::Scenario(e)) => error(e),
+            Err(RunError::Harness(e)) => error(format!("{e:#}")),
+        }
+    })
+}
+
+/// `fencecheck suite`: every scenario, one table, one index.html.
+fn suite(paths: Vec<PathBuf>, o: &Overrides, out: Option<PathBuf>, quiet: bool) -> i32 {
+    let paths = if paths.is_empty() {
+        vec![PathBuf::from("scenarios")]
+    } else {
+        paths
+    };
+    let files = match crate::suite::scenario_files(&paths) {
+        Ok(f) => f,
+        Err(e) => return error(format!("{e:#}")),
+    };
+    let out = out.unwrap_or_else(crate::suite::default_suite_dir);
+    block_on(true, async {
+        let res = tokio::select! {
+            r = crate::suite::run_suite(&files, o, &out, quiet) => r,
+            _ = tokio::signal::ctrl_c() => return error("interrupted"),
+        };
+        match res {
+            Ok(outcomes) => {
+                print!("{}", crate::suite::summary_table(&outcomes, &out));
+                if outcomes.iter().any(|o| o.report.is_none()) {
+                    EXIT_ERROR
+                } else {
+                    verdict(
+                        outcomes
+                            .iter()
+                            .all(|o| o.report.as_ref().is_some_and(|r| r.passed)),
+                    )
+                }
+            }
+            Err(e) => error(format!("{e:#}")),
+        }
+    })
+}
+
+/// `fencecheck check` / `report`: every checker again, offline.
+fn check(run_dir: &std::path::Path) -> i32 {
+    match assess::assess(run_dir) {
+        Ok(report) => {
+            print!("{}", output::verdict_table(&report, run_dir));
+            verdict(report.passed)
+        }
+        Err(e) => error(format!("{e:#}")),
+    }
+}
+
+fn validate(files: &[PathBuf], schedule: bool, seed: Option<u64>) -> i32 {
+    let mut bad = 0;
+    for f in files {
+        let s = match Scenario::locate(f).and_then(|p| Scenario::load(&p)) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e}");
+                bad += 1;
+                continue;
+            }
+        };
+        println!(
+            "{}: ok ({}, {} {} member(s), {} workers, {} faults)",
+            f.display(),
+            s.name,
+            s.cluster.members.0,
+            s.lock.service,
+            s.workload.workers,
+            s.faults.len()
+        );
+        if schedule {
+            let seed = seed.or(s.seed).unwrap_or(0);
+            println!("  schedule with seed {seed}:");
+            for p in crate::nemesis::plan(&s, seed) {
+                println!(
+                    "  #{:<3} at {:>8.3}s  {:<14} {:<24} for {:.3}s",
+                    p.id,
+                    p.at.as_secs_f64(),
+                    p.kind.to_string(),
+                    p.target.to_string(),
+                    p.duration.as_secs_f64()
+                );
             }
         }
     }
+    if bad > 0 {
+        EXIT_ERROR
+    } else {
+        EXIT_PASS
+    }
+}
+
+fn bench_proxy(round_trips: usize, bulk_bytes: u64) -> i32 {
+    let opts = faultproxy::bench::BenchOptions {
+        round_trips,
+        bulk_bytes,
+        ..Default::default()
+    };
+    block_on(true, async {
+        match faultproxy::bench::bench(opts).await {
+            Ok(r) => {
+                println!("{r}");
+                EXIT_PASS
+            }
+            Err(e) => error(format!("bench: {e}")),
+        }
+    })
+}
+
+/// Commands that print what they did, line by line.
+fn lines(f: impl std::future::Future<Output = anyhow::Result<Vec<String>>>) -> i32 {
+    block_on(true, async {
+        match f.await {
+            Ok(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+                EXIT_PASS
+            }
+            Err(e) => error(format!("{e:#}")),
+        }
+    })
+}
+
+fn worker(config: &str) -> i32 {
+    let cfg: worker::WorkerConfig = match serde_json::from_str(config) {
+        Ok(c) => c,
+        Err(e) => return error(format!("bad worker config: {e}")),
+    };
+    block_on(false, async {
+        match worker::run(cfg).await {
+            Ok(()) => EXIT_PASS,
+            Err(e) => error(format!("worker: {e:#}")),
+        }
+    })
+}
+
+fn storage(
+    listen: std::net::SocketAddr,
+    log: PathBuf,
+    fencing: fencecheck_storage::Fencing,
+) -> i32 {
+    block_on(true, async {
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        match fencecheck_storage::serve(listen, log, fencing, None, shutdown).await {
+            Ok(()) => EXIT_PASS,
+            Err(e) => error(format!("storage: {e:#}")),
+        }
+    })
 }

@@ -67,6 +67,7 @@ pub enum F {
     /// Nemesis faults: `invoke` when injected, `ok`/`fail` when healed / not done.
     Pause,
     RevokeLease,
+    ExpireSession,
     Delay,
     Partition,
     Kill,
@@ -102,11 +103,14 @@ pub struct Event {
     /// The fencing token sent (depends on `[storage] token`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<i64>,
-    /// The lock grant's CreateRevision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<i64>,
+    /// The lock grant's place in the service's own order (etcd: the lock key's
+    /// CreateRevision; ZooKeeper: the lock znode's czxid). `revision` in 0.1 files.
+    #[serde(default, alias = "revision", skip_serializing_if = "Option::is_none")]
+    pub grant: Option<i64>,
+    /// The session the event belongs to (etcd: lease ID; ZooKeeper: session id).
+    /// `lease` in 0.1 files.
+    #[serde(default, alias = "lease", skip_serializing_if = "Option::is_none")]
+    pub session: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Storage request id, linking a client op to its `storage.jsonl` record.
@@ -134,8 +138,8 @@ impl Event {
             key: None,
             value: None,
             token: None,
-            revision: None,
-            lease: None,
+            grant: None,
+            session: None,
             error: None,
             request_id: None,
             fault_id: None,
@@ -250,7 +254,7 @@ mod tests {
         assert_eq!(v["process"], 3);
         assert_eq!(v["type"], "ok");
         assert_eq!(v["f"], "write");
-        assert!(v.get("lease").is_none(), "empty fields are omitted");
+        assert!(v.get("session").is_none(), "empty fields are omitted");
         let n = Event::new(Process::nemesis(), EventType::Invoke, F::RevokeLease);
         let v = serde_json::to_value(&n).expect("json");
         assert_eq!(v["process"], "nemesis");

@@ -7,6 +7,7 @@
 //! - storage: the `fencecheck-storage` service built as a static binary
 //!   (`-C target-feature=+crt-static`, target x86_64-unknown-linux-gnu) in a target
 //!   directory under fencecheck's cache, so a rebuild is incremental.
+//! - reaper: `fencecheck-reaper`, built the same way (see `reaper/`).
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -18,16 +19,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use bollard::query_parameters::BuildImageOptionsBuilder;
-use bollard::Docker;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
+use testcontainers::bollard::query_parameters::BuildImageOptionsBuilder;
+use testcontainers::bollard::Docker;
 
 use crate::etcd;
 use crate::scenario::EtcdVersion;
 
 pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
+pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -97,16 +99,44 @@ pub async fn etcd_image(docker: &Docker, want: EtcdVersion, say: &dyn Fn(&str)) 
 /// The storage image, built when missing (the static binary is built, or brought up
 /// to date, first: cargo does nothing when the source has not changed).
 pub async fn storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
-    let bin = tokio::task::block_in_place(|| static_storage_binary(say))?;
+    static_image(
+        docker,
+        "fencecheck-storage",
+        "storage",
+        STORAGE_DOCKERFILE,
+        say,
+    )
+    .await
+}
+
+/// The reaper image, built when missing, like the storage image.
+pub async fn reaper_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+    static_image(
+        docker,
+        "fencecheck-reaper",
+        "reaper",
+        REAPER_DOCKERFILE,
+        say,
+    )
+    .await
+}
+
+/// An image holding one static binary of this workspace (package and binary
+/// `package`), tagged `fencecheck/<what>:<hash>`.
+async fn static_image(
+    docker: &Docker,
+    package: &str,
+    what: &str,
+    dockerfile: &'static str,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
+    let bin = tokio::task::block_in_place(|| static_binary(package, say))?;
     let bytes = std::fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
     let mut files = BTreeMap::new();
-    files.insert("fencecheck-storage".to_string(), (0o755, bytes));
-    let ctx = BuildContext {
-        dockerfile: STORAGE_DOCKERFILE,
-        files,
-    };
-    let tag = format!("fencecheck/storage:{}", ctx.hash());
-    ensure(docker, &tag, "storage", &ctx, say).await
+    files.insert(package.to_string(), (0o755, bytes));
+    let ctx = BuildContext { dockerfile, files };
+    let tag = format!("fencecheck/{what}:{}", ctx.hash());
+    ensure(docker, &tag, what, &ctx, say).await
 }
 
 async fn ensure(
@@ -136,7 +166,11 @@ async fn ensure(
         .forcerm(true)
         .labels(&labels)
         .build();
-    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(body.into())));
+    let mut stream = docker.build_image(
+        opts,
+        None,
+        Some(testcontainers::bollard::body_full(body.into())),
+    );
     while let Some(item) = stream.next().await {
         let info = item.with_context(|| format!("docker build of {tag} failed"))?;
         if let Some(e) = info.error_detail.and_then(|d| d.message) {
@@ -213,8 +247,8 @@ fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
-/// The fencecheck source tree this binary was built from (the storage image is built
-/// from it).
+/// The fencecheck source tree this binary was built from (the storage and reaper
+/// images are built from it).
 fn source_root() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("FENCECHECK_SOURCE") {
         return Ok(PathBuf::from(d));
@@ -225,7 +259,7 @@ fn source_root() -> Result<PathBuf> {
         .unwrap_or_default();
     if !root.join("storage").join("Cargo.toml").is_file() {
         bail!(
-            "the docker backend builds its storage image from the fencecheck source tree, \
+            "the docker backend builds its storage and reaper images from the fencecheck source tree, \
              which is not at {} (set FENCECHECK_SOURCE to a checkout)",
             root.display()
         );
@@ -233,14 +267,15 @@ fn source_root() -> Result<PathBuf> {
     Ok(root)
 }
 
-/// Builds (or brings up to date) the static storage binary; returns its path.
-pub fn static_storage_binary(say: &dyn Fn(&str)) -> Result<PathBuf> {
+/// Builds (or brings up to date) the static binary `package` of this workspace;
+/// returns its path.
+pub fn static_binary(package: &str, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let root = source_root()?;
     let target_dir = etcd::cache_dir().join("static-target");
     std::fs::create_dir_all(&target_dir)
         .with_context(|| format!("cannot create {}", target_dir.display()))?;
     say(&format!(
-        "building the static storage binary (cargo build --release -p fencecheck-storage \
+        "building the static {package} binary (cargo build --release -p {package} \
          --target {STATIC_TARGET}, +crt-static, in {}; minutes the first time)",
         target_dir.display()
     ));
@@ -251,9 +286,9 @@ pub fn static_storage_binary(say: &dyn Fn(&str)) -> Result<PathBuf> {
             "build",
             "--release",
             "-p",
-            "fencecheck-storage",
+            package,
             "--bin",
-            "fencecheck-storage",
+            package,
             "--target",
             STATIC_TARGET,
             "--color",
@@ -268,7 +303,7 @@ pub fn static_storage_binary(say: &dyn Fn(&str)) -> Result<PathBuf> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .context("cannot run cargo to build the static storage binary")?;
+        .with_context(|| format!("cannot run cargo to build the static {package} binary"))?;
     let mut tail: Vec<String> = Vec::new();
     if let Some(err) = child.stderr.take() {
         for line in BufReader::new(err).lines() {
@@ -286,14 +321,11 @@ pub fn static_storage_binary(say: &dyn Fn(&str)) -> Result<PathBuf> {
     let status = child.wait().context("cargo build")?;
     if !status.success() {
         bail!(
-            "building the static storage binary failed ({status}):\n{}",
+            "building the static {package} binary failed ({status}):\n{}",
             tail.join("\n")
         );
     }
-    let bin = target_dir
-        .join(STATIC_TARGET)
-        .join("release")
-        .join("fencecheck-storage");
+    let bin = target_dir.join(STATIC_TARGET).join("release").join(package);
     if !bin.is_file() {
         bail!("cargo built nothing at {}", bin.display());
     }

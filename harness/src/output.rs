@@ -13,12 +13,17 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         s,
         "\n{} — {}",
         r.run.scenario,
-        if r.passed {
+        if r.incomplete.is_some() {
+            "INCOMPLETE: the run never reached its end (no heal phase, no final reads)"
+        } else if r.passed {
             "PASS: every expectation met"
         } else {
             "FAIL: an expectation was not met"
         }
     );
+    if let Some(why) = &r.incomplete {
+        let _ = writeln!(s, "  {why}");
+    }
     let _ = writeln!(s, "  {:<13} {:<8} counts", "check", "verdict");
     let _ = writeln!(
         s,
@@ -57,6 +62,39 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             l.elapsed_ms
         );
     }
+    if let Some(t) = &c.token {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} grants: {} tokens went backwards, {} repeated{}",
+            "token",
+            t.valid.to_string(),
+            t.grants,
+            t.regressions,
+            t.repeats,
+            if t.valid == fencecheck_reports::Validity::Unknown {
+                " (no token sent)"
+            } else {
+                ""
+            }
+        );
+    }
+    let f = &r.findings;
+    if f.observed {
+        let g = &f.grant_validity;
+        let u = &f.unsafe_window;
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client)",
+            "grant-valid", "finding", g.after_session_end, g.grants, g.caught_by_client
+        );
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} holds outlived their session: {} writes refused, {} accepted, {} reads; \
+             window p50 {:.0} ms, max {:.0} ms",
+            "unsafe-window", "finding", u.holds, u.writes_refused, u.writes_accepted, u.reads,
+            u.p50_ms, u.max_ms
+        );
+    }
     if !r.expectations.is_empty() {
         let _ = writeln!(
             s,
@@ -76,16 +114,25 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     }
     let _ = writeln!(
         s,
-        "  {} faults injected; {} keepalives lost; backend {}, etcd {}, seed {}",
+        "  {} faults injected; {} sessions lost; backend {}, {} {}, seed {}",
         r.faults.len(),
         r.stats.keepalive_lost,
         r.run.backend,
-        r.run.etcd_version,
+        r.run.service,
+        if r.run.service_version.is_empty() {
+            &r.run.etcd_version
+        } else {
+            &r.run.service_version
+        },
         r.run.seed
     );
     for p in r.problems.iter().take(5) {
         let _ = writeln!(s, "  note: {p}");
     }
-    let _ = writeln!(s, "report: {}", run_dir.join("report.html").display());
+    let _ = writeln!(
+        s,
+        "report: {}",
+        run_dir.join(crate::rundir::REPORT_HTML).display()
+    );
     s
 }

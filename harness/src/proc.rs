@@ -132,3 +132,29 @@ where
         wait = (wait * 2).min(Duration::from_millis(250));
     }
 }
+
+/// Polls `http://addr/health` until it answers healthy: etcd with
+/// `{"health":"true"}`, the storage with any 2xx.
+pub async fn wait_http_healthy(
+    what: &str,
+    addr: std::net::SocketAddr,
+    deadline: Duration,
+) -> Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()?;
+    let url = format!("http://{addr}/health");
+    poll_until(what, deadline, || {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            let Ok(r) = http.get(&url).send().await else {
+                return false;
+            };
+            let ok = r.status().is_success();
+            let body = r.text().await.unwrap_or_default();
+            ok && (!body.contains("health") || body.contains("true"))
+        }
+    })
+    .await
+}

@@ -1,22 +1,27 @@
-//! One run: backend up → workers → nemesis → heal → collect → check → report.
+//! One run, in phases: prepare the run directory → start the service and the
+//! storage (backend) → links → workers, observer and nemesis (main phase) → heal →
+//! final reads → stop → check → report. Data flows one way: everything a phase
+//! learns goes to files in the run directory, and the checks read only those.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use fencecheck_reports::{PlannedFault, Report, RunInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use std::sync::Arc;
-
-use crate::assess::{self, FINAL_EVENTS};
-use crate::backend::{Backend, Deployment};
+use crate::assess;
+use crate::backend::{self, Backend, Deployment};
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
-use crate::nemesis::{self, Nemesis, World};
+use crate::lock::ClientConfig;
+use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
-use crate::scenario::{BackendKind, EtcdVersion, Scenario};
+use crate::rundir;
+use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind};
+use crate::service::{self, observe::ObservationWriter, LockService};
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.
@@ -37,12 +42,17 @@ pub enum RunError {
         "interrupted (Ctrl-C); the recorded files are in {0}; `fencecheck check {0}` checks them"
     )]
     Interrupted(String),
+    /// The scenario cannot run here (a fault the chosen backend cannot do): exit 2.
+    #[error(transparent)]
+    Scenario(#[from] crate::scenario::ScenarioError),
     #[error(transparent)]
     Harness(#[from] anyhow::Error),
 }
 
 /// How long workers get after the run's end to finish their current hold.
 const WORKER_GRACE: Duration = Duration::from_secs(15);
+/// The quiet period between the heal phase and the final reads.
+const QUIET: Duration = Duration::from_millis(500);
 
 pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
     if let Some(d) = o.duration {
@@ -55,7 +65,10 @@ pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
         s.cluster.backend = b;
     }
     if let Some(e) = o.etcd {
-        s.cluster.etcd = e;
+        // `--etcd` picks etcd's version; other services keep theirs.
+        if s.lock.service == ServiceKind::Etcd {
+            s.cluster.version = Some(e.to_string());
+        }
     }
     let seed = o.seed.or(s.seed).unwrap_or_else(|| {
         SystemTime::now()
@@ -67,6 +80,23 @@ pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
     seed
 }
 
+/// One run's fixed facts, shared by its phases.
+struct Run<'a> {
+    path: &'a Path,
+    s: &'a Scenario,
+    seed: u64,
+    dir: PathBuf,
+    quiet: bool,
+}
+
+impl Run<'_> {
+    fn say(&self, m: &str) {
+        if !self.quiet {
+            eprintln!("· {m}");
+        }
+    }
+}
+
 fn default_run_dir(name: &str) -> PathBuf {
     let ts = humantime::format_rfc3339_seconds(SystemTime::now())
         .to_string()
@@ -75,12 +105,15 @@ fn default_run_dir(name: &str) -> PathBuf {
 }
 
 fn reproduce_command(scenario_path: &Path, s: &Scenario, seed: u64) -> String {
+    let version = match s.lock.service {
+        ServiceKind::Etcd => format!(" --etcd {}", s.etcd_version()),
+        _ => String::new(),
+    };
     format!(
-        "fencecheck scenario {} --seed {seed} --duration {} --workers {} --etcd {} --backend {}",
+        "fencecheck scenario {} --seed {seed} --duration {} --workers {}{version} --backend {}",
         scenario_path.display(),
         humantime::format_duration(s.duration),
         s.workload.workers,
-        s.cluster.etcd,
         match s.cluster.backend {
             BackendKind::Auto => "auto",
             BackendKind::Process => "process",
@@ -96,99 +129,142 @@ pub async fn run(
     quiet: bool,
 ) -> Result<(Report, PathBuf), RunError> {
     let seed = apply_overrides(&mut scenario, o);
-    let run_dir = o
-        .out
-        .clone()
-        .unwrap_or_else(|| default_run_dir(&scenario.name));
-    std::fs::create_dir_all(&run_dir)
-        .with_context(|| format!("cannot create run directory {}", run_dir.display()))?;
-    std::fs::write(run_dir.join(assess::SCENARIO), scenario.to_toml())
-        .context("cannot write the resolved scenario")?;
-    let say = |m: &str| {
-        if !quiet {
-            eprintln!("· {m}");
-        }
+    // A fault the backend cannot do is bad input: refused before anything starts.
+    let chosen = backend::resolve(scenario.cluster.backend).await;
+    if let Ok(text) = std::fs::read_to_string(scenario_path) {
+        let file = scenario_path.display().to_string();
+        crate::scenario::check_backend(&scenario, chosen, &text, &file)?;
+    }
+    let run = Run {
+        path: scenario_path,
+        s: &scenario,
+        seed,
+        dir: o
+            .out
+            .clone()
+            .unwrap_or_else(|| default_run_dir(&scenario.name)),
+        quiet,
     };
-    say(&format!(
+    std::fs::create_dir_all(&run.dir)
+        .with_context(|| format!("cannot create run directory {}", run.dir.display()))?;
+    std::fs::write(run.dir.join(rundir::SCENARIO), scenario.to_toml())
+        .context("cannot write the resolved scenario")?;
+    run.say(&format!(
         "scenario {} (seed {seed}) → {}",
         scenario.name,
-        run_dir.display()
+        run.dir.display()
     ));
 
+    let say = |m: &str| run.say(m);
     let (backend, dep) =
-        Backend::start(scenario.cluster.backend, &scenario, &run_dir, &say).await?;
+        Backend::start(scenario.cluster.backend, &scenario, &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
-    let links = match Links::start(
+    let links = Links::start(
         scenario.workload.workers,
-        &dep.etcd_clients,
+        &dep.clients,
         dep.storage,
         dep.peer_proxies.clone(),
     )
-    .await
-    {
-        Ok(l) => Arc::new(l),
-        Err(e) => {
-            backend.lock().await.stop().await;
-            return Err(e.into());
-        }
-    };
-    let outcome = drive(
-        scenario_path,
-        &scenario,
-        seed,
-        &run_dir,
-        &dep,
-        backend.clone(),
-        links.clone(),
-        quiet,
-        &say,
-    )
     .await;
+    let outcome = match links {
+        Ok(links) => {
+            let links = Arc::new(links);
+            let r = drive(&run, &dep, backend.clone(), links.clone()).await;
+            links.shutdown().await;
+            r
+        }
+        Err(e) => Err(e.into()),
+    };
     backend.lock().await.stop().await;
-    links.shutdown().await;
     outcome?;
-    say("checking the recorded history");
-    let report = assess::assess(&run_dir)?;
-    Ok((report, run_dir))
+    run.say("checking the recorded history");
+    let report = assess::assess(&run.dir)?;
+    Ok((report, run.dir))
 }
 
-/// Workers and nemesis against a started backend. Everything started here is
-/// stopped here, on every path.
-#[allow(clippy::too_many_arguments)]
+/// Workers, observer and nemesis against a started backend. Everything started
+/// here is stopped here, on every path.
 async fn drive(
-    scenario_path: &Path,
-    s: &Scenario,
-    seed: u64,
-    run_dir: &Path,
+    run: &Run<'_>,
     dep: &Deployment,
     backend: Arc<tokio::sync::Mutex<Backend>>,
     links: Arc<Links>,
-    quiet: bool,
-    say: &dyn Fn(&str),
 ) -> Result<(), RunError> {
-    let plan = nemesis::plan(s, seed);
+    let plan = nemesis::plan(run.s, run.seed);
     let start_ns = monotonic_ns();
-    let end_ns = start_ns + s.duration.as_nanos() as u64;
+    let end_ns = start_ns + run.s.duration.as_nanos() as u64;
+    write_run_info(run, dep, &plan, start_ns, end_ns)?;
+
+    let service = service::connect(dep.service, &dep.clients).await?;
+    let observer = Observer::start(service.clone(), &run.dir)?;
+    let mut workers = start_workers(run, dep, &links, end_ns)?;
+    let world = World {
+        service,
+        members: dep.clients.len(),
+        workers: workers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i as u32, c.pid()))
+            .collect::<HashMap<u32, u32>>(),
+        backend,
+        links,
+    };
+    let nem = Nemesis::new(world, &run.dir.join(rundir::NEMESIS_EVENTS), run.seed)?;
+    run.say(&format!(
+        "{} workers contending for {}, {} faults planned",
+        run.s.workload.workers,
+        humantime::format_duration(run.s.duration),
+        plan.len()
+    ));
+
+    let nem_task = tokio::spawn(nem.clone().run(plan, tokio::time::Instant::now()));
+    if main_phase(run).await == Phase::Interrupted {
+        nem_task.abort();
+        nem.heal();
+        for w in &mut workers {
+            w.stop(Duration::ZERO).await;
+        }
+        observer.stop().await;
+        return Err(RunError::Interrupted(run.dir.display().to_string()));
+    }
+    heal_phase(run, &nem, nem_task, &mut workers).await;
+    observer.stop().await;
+    // A short quiet period, then the final read of every key by a fresh client.
+    tokio::time::sleep(QUIET).await;
+    final_reads(run.s, dep, &run.dir).await?;
+    Ok(())
+}
+
+fn write_run_info(
+    run: &Run<'_>,
+    dep: &Deployment,
+    plan: &[Planned],
+    start_ns: u64,
+    end_ns: u64,
+) -> Result<()> {
+    let s = run.s;
     let info = RunInfo {
         scenario: s.name.clone(),
         description: s.description.clone(),
-        seed,
-        command: reproduce_command(scenario_path, s, seed),
-        run_dir: run_dir.display().to_string(),
+        seed: run.seed,
+        command: reproduce_command(run.path, s, run.seed),
+        run_dir: run.dir.display().to_string(),
         started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         duration_s: s.duration.as_secs_f64(),
         backend: dep.backend.clone(),
         backend_reason: dep.backend_reason.clone(),
-        etcd_version: dep.etcd_version.clone(),
-        etcd_members: s.cluster.etcd_members.0,
+        service: dep.service.to_string(),
+        service_version: dep.version.clone(),
+        etcd_version: match dep.service {
+            ServiceKind::Etcd => dep.version.clone(),
+            _ => String::new(),
+        },
+        etcd_members: s.cluster.members.0,
         workers: s.workload.workers,
         keys: s.workload.keys,
         ttl_s: s.lock.ttl.as_secs(),
         fencing: s.storage.fencing.as_str().to_string(),
-        token: serde_json::to_value(s.storage.token)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        token: s.storage.token.as_str().to_string(),
         time_origin_ns: start_ns,
         time_end_ns: end_ns,
         schedule: plan
@@ -202,23 +278,35 @@ async fn drive(
             })
             .collect(),
     };
-    assess::write_run_info(run_dir, &info)?;
+    assess::write_run_info(&run.dir, &info)
+}
 
+fn start_workers(
+    run: &Run<'_>,
+    dep: &Deployment,
+    links: &Links,
+    end_ns: u64,
+) -> Result<Vec<Child>> {
+    let s = run.s;
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
-    let mut workers: Vec<Child> = Vec::new();
+    let mut workers = Vec::new();
     for id in 0..s.workload.workers {
         let cfg = WorkerConfig {
             id,
-            etcd_endpoints: links.etcd_endpoints(id),
+            lock: ClientConfig {
+                service: dep.service,
+                endpoints: links.service_endpoints(id),
+                ttl: s.lock.ttl,
+                worker: id,
+            },
             storage_url: links.storage_url(id),
-            ttl_s: s.lock.ttl.as_secs() as i64,
-            token: s.storage.token,
+            token: s.storage.token.mode(),
             keys: s.workload.keys,
             ops_per_hold: s.workload.ops_per_hold,
             hold_min_ms: s.workload.hold.min.as_millis() as u64,
             hold_max_ms: s.workload.hold.max.as_millis() as u64,
-            seed,
-            events: run_dir.join(format!("worker-{id}.jsonl")),
+            seed: run.seed,
+            events: rundir::worker_events(&run.dir, id),
             end_ns,
         };
         let mut cmd = std::process::Command::new(&exe);
@@ -228,32 +316,24 @@ async fn drive(
         workers.push(spawn(
             &format!("worker {id}"),
             cmd,
-            &run_dir.join(format!("worker-{id}.log")),
+            &rundir::worker_log(&run.dir, id),
         )?);
     }
-    let pids: HashMap<u32, u32> = workers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (i as u32, c.pid()))
-        .collect();
-    let world = World {
-        etcd_endpoints: dep.etcd_endpoints(),
-        workers: pids,
-        backend,
-        links,
-    };
-    let nem = Nemesis::new(world, &run_dir.join("nemesis.jsonl"), seed).await?;
-    say(&format!(
-        "{} workers contending for {}, {} faults planned",
-        s.workload.workers,
-        humantime::format_duration(s.duration),
-        plan.len()
-    ));
+    Ok(workers)
+}
 
-    let bar = if quiet {
+#[derive(PartialEq, Eq)]
+enum Phase {
+    Done,
+    Interrupted,
+}
+
+/// The fault window: a progress bar until the run's duration is over, or Ctrl-C.
+async fn main_phase(run: &Run<'_>) -> Phase {
+    let bar = if run.quiet {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(s.duration.as_secs())
+        ProgressBar::new(run.s.duration.as_secs())
     };
     bar.set_style(
         ProgressStyle::with_template("  {spinner} {elapsed_precise} [{bar:40}] {pos}/{len}s {msg}")
@@ -261,59 +341,84 @@ async fn drive(
             .progress_chars("=> "),
     );
     let started = tokio::time::Instant::now();
-    let nem_task = tokio::spawn(nem.clone().run(plan, started));
     let ticker = async {
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let el = started.elapsed();
-            bar.set_position(el.as_secs().min(s.duration.as_secs()));
-            if el >= s.duration {
+            bar.set_position(el.as_secs().min(run.s.duration.as_secs()));
+            if el >= run.s.duration {
                 break;
             }
         }
     };
-    let interrupted = tokio::select! {
-        _ = ticker => false,
-        _ = tokio::signal::ctrl_c() => true,
+    let phase = tokio::select! {
+        _ = ticker => Phase::Done,
+        _ = tokio::signal::ctrl_c() => Phase::Interrupted,
     };
     bar.finish_and_clear();
+    phase
+}
 
-    if interrupted {
-        nem_task.abort();
-        nem.heal();
-        for w in &mut workers {
-            w.stop(Duration::ZERO).await;
-        }
-        return Err(RunError::Interrupted(run_dir.display().to_string()));
-    }
-    // Heal phase. Faults all end before the run does; wait for the nemesis, then
-    // remove every fault, continue every process, restart every dead member anyway.
+/// Faults all end before the run does; wait for the nemesis, then remove every
+/// fault, continue every process, restart every dead member anyway, and let the
+/// workers finish their holds.
+async fn heal_phase(
+    run: &Run<'_>,
+    nem: &Nemesis,
+    nem_task: tokio::task::JoinHandle<()>,
+    workers: &mut [Child],
+) {
     let _ = tokio::time::timeout(Duration::from_secs(10), nem_task).await;
     let restarted = nem.heal_all().await;
     if !restarted.is_empty() {
         tracing::warn!("heal phase restarted members {restarted:?}");
     }
-    say("run over: healed; waiting for workers to finish their holds");
+    run.say("run over: healed; waiting for workers to finish their holds");
     let grace_end = tokio::time::Instant::now() + WORKER_GRACE;
-    for w in &mut workers {
+    for w in workers.iter_mut() {
         let left = grace_end.saturating_duration_since(tokio::time::Instant::now());
         if w.wait_timeout(left).await.is_none() {
             tracing::warn!("{} did not finish in time; killing it", w.name);
             w.stop(Duration::ZERO).await;
         }
     }
-    // A short quiet period, then the final read of every key by a fresh client.
-    tokio::time::sleep(QUIET).await;
-    final_reads(s, dep, run_dir).await?;
-    Ok(())
 }
 
-const QUIET: Duration = Duration::from_millis(500);
+/// The harness's own watch on the lock service, writing `service.jsonl`.
+struct Observer {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    fn start(service: Arc<dyn LockService>, run_dir: &Path) -> Result<Observer> {
+        let out = ObservationWriter::create(&run_dir.join(rundir::SERVICE_OBSERVATIONS))
+            .context("cannot create the service observation file")?;
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            if let Err(e) = service.observe(out, rx).await {
+                tracing::warn!("service observer stopped: {e:#}");
+            }
+        });
+        Ok(Observer { stop, task })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let mut task = self.task;
+        if tokio::time::timeout(Duration::from_secs(3), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
 
 /// Reads every key once through a fresh client, straight to the storage, and
 /// records it as process `final`: the value the checkers compare against.
 async fn final_reads(s: &Scenario, dep: &Deployment, run_dir: &Path) -> Result<()> {
-    let mut log = EventWriter::create(&run_dir.join(FINAL_EVENTS))?;
+    let mut log = EventWriter::create(&run_dir.join(rundir::FINAL_EVENTS))?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;

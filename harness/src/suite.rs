@@ -84,6 +84,7 @@ pub async fn run_suite(
                 )
             }
             Err(RunError::Harness(e)) => (None, Some(format!("{e:#}"))),
+            Err(RunError::Scenario(e)) => (None, Some(e.to_string())),
         };
         let outcome = Outcome {
             file,
@@ -138,11 +139,18 @@ pub fn summary_line(o: &Outcome) -> String {
 }
 
 pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
-    let mut s = String::from("\nscenario               verdict   time    key counts\n");
+    let mut s =
+        String::from("\nscenario               service          verdict   time    key counts\n");
     for o in outcomes {
+        let service = o
+            .report
+            .as_ref()
+            .map(|r| format!("{} {}", r.run.service, r.run.service_version))
+            .unwrap_or_else(|| "-".into());
         s.push_str(&format!(
-            "{:<22} {:<7} {:>6.1}s   {}\n",
+            "{:<22} {:<16} {:<7} {:>6.1}s   {}\n",
             o.name,
+            service,
             verdict_word(o),
             o.elapsed_s,
             counts(o)
@@ -170,10 +178,15 @@ fn write_index(out: &Path, outcomes: &[Outcome]) -> Result<()> {
             elapsed_s: o.elapsed_s,
             report_html: format!("{}/report.html", o.name),
             seed: o.report.as_ref().map(|r| r.run.seed).unwrap_or(0),
-            etcd_version: o
+            service: o
                 .report
                 .as_ref()
-                .map(|r| r.run.etcd_version.clone())
+                .map(|r| r.run.service.clone())
+                .unwrap_or_default(),
+            version: o
+                .report
+                .as_ref()
+                .map(|r| r.run.service_version.clone())
                 .unwrap_or_default(),
         })
         .collect();

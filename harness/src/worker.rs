@@ -1,40 +1,45 @@
 //! The lock-contending worker: a separate OS process (hidden `worker` subcommand), so
-//! a SIGSTOP freezes it for real — its keepalives included.
+//! a SIGSTOP freezes it for real — its session keepalives included.
 //!
-//! Loop until the run ends: (re)use a session lease kept alive every TTL/3 → `Lock`
-//! with that lease → read the lock key's CreateRevision (the grant) → `ops_per_hold`
-//! read-modify-write increments on the storage, each write carrying the token and
-//! the grant revision → `Unlock`. The hold time is spread between each read and its
+//! Loop until the run ends: (re)open a session → acquire the lock (the client
+//! reports the grant's place in the service's own order) → `ops_per_hold`
+//! read-modify-write increments on the fenced resource, each request carrying the
+//! token and the grant → release. The hold time is spread between each read and its
 //! write (the think time of a read-modify-write), so a pause lands between a read and
 //! the write that depends on it, as in the classic fencing diagram.
 //!
-//! A worker whose keepalive fails records it and carries on with the hold it is in,
-//! as a real, unaware client would: that is the bug being tested. Only at its next
-//! acquisition does it notice, as `concurrency.Session.Done()` would, and start a new
-//! session lease.
+//! The worker neither knows nor cares which lock service or resource runs: both sit
+//! behind seams (`crate::lock`, `crate::resource`). What it records is here, in one
+//! place: every call is an `invoke` and its completion (`ok`, `fail` when it surely
+//! did not happen, `info` when it may have), Jepsen's way.
+//!
+//! A worker whose session is lost records it (`keepalive-lost`) and carries on with
+//! the hold it is in, as a real, unaware client would: that is the bug being tested.
+//! Only at its next acquisition does it notice, as `concurrency.Session.Done()`
+//! would, and open a new session.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions, LockOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
+use crate::lock::{self, Acquire, ClientConfig, Granted, LockClient};
+use crate::resource::{fencecheck::HttpStorage, FencedResource};
 use crate::scenario::TokenMode;
-use fencecheck_storage::{Answer, OpKind, Request, Verdict};
+use fencecheck_storage::{OpKind, Request, Verdict};
 
 /// Everything a worker process needs, passed as one JSON argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub id: u32,
-    pub etcd_endpoints: Vec<String>,
+    pub lock: ClientConfig,
     pub storage_url: String,
-    pub ttl_s: i64,
     pub token: TokenMode,
     pub keys: u32,
     pub ops_per_hold: u32,
@@ -46,18 +51,6 @@ pub struct WorkerConfig {
     pub end_ns: u64,
 }
 
-/// etcd key of the lock that guards storage key `key`.
-pub fn lock_name(key: &str) -> String {
-    format!("fencecheck/lock/{key}")
-}
-
-/// etcd key (attached to the lease) telling the nemesis which worker owns a lease.
-pub fn owner_key(lease: i64) -> String {
-    format!("fencecheck/owner/{lease:x}")
-}
-
-const RPC_TIMEOUT: Duration = Duration::from_secs(5);
-
 type Log = Arc<Mutex<EventWriter>>;
 
 fn record(log: &Log, ev: &Event) -> Result<()> {
@@ -68,310 +61,252 @@ fn record(log: &Log, ev: &Event) -> Result<()> {
         .context("cannot append to the worker's event file")
 }
 
-struct Session {
-    lease: i64,
-    lost: Arc<AtomicBool>,
-    keepalive: tokio::task::JoinHandle<()>,
+/// The session the worker holds locks under, with its loss flag.
+struct Current {
+    id: i64,
+    lost: watch::Receiver<Option<String>>,
+    /// Records the loss the moment the client reports it.
+    recorder: tokio::task::JoinHandle<()>,
+}
+
+impl Current {
+    fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        self.recorder.abort();
+    }
 }
 
 struct Worker {
     cfg: WorkerConfig,
     me: Process,
     log: Log,
-    etcd: Client,
-    http: reqwest::Client,
+    lock: Box<dyn LockClient>,
+    storage: Box<dyn FencedResource>,
     next_request: u64,
+}
+
+enum HoldOutcome {
+    Done,
+    SessionGone,
+    RunOver,
+    Retry,
 }
 
 pub async fn run(cfg: WorkerConfig) -> Result<()> {
     let log = Arc::new(Mutex::new(EventWriter::create(&cfg.events)?));
-    let opts = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
-    let etcd = Client::connect(&cfg.etcd_endpoints, Some(opts))
-        .await
-        .context("cannot connect to etcd")?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()?;
+    let lock = lock::connect(&cfg.lock).await?;
+    let storage = Box::new(HttpStorage::new(
+        cfg.storage_url.clone(),
+        Duration::from_secs(2),
+    )?);
     let mut w = Worker {
         me: Process::Worker(cfg.id),
         cfg,
         log,
-        etcd,
-        http,
+        lock,
+        storage,
         next_request: 0,
     };
     w.main_loop().await
 }
 
 impl Worker {
-    fn event(&self, kind: EventType, f: F) -> Event {
-        Event::new(self.me.clone(), kind, f)
-    }
-
-    /// An `acquire` or `release` event of lock `key` under `lease`.
-    fn lock_event(&self, kind: EventType, f: F, key: &str, lease: i64) -> Event {
-        let mut e = self.event(kind, f);
-        e.key = Some(key.to_string());
-        e.lease = Some(lease);
-        e
-    }
-
-    /// Lock granted but its revision could not be read: the acquisition's outcome is
-    /// unknown to us, so record it as such, let go, and try again.
-    async fn unknown_grant(
-        &mut self,
-        key: &str,
-        lock_key: &[u8],
-        lease: i64,
-        why: String,
-    ) -> Result<HoldOutcome> {
-        self.acquire_failed(EventType::Info, key, lease, why)?;
-        self.release(key, lock_key, lease, None).await?;
-        Ok(HoldOutcome::Retry)
-    }
-
-    /// Records a failed (`fail`) or unknown (`info`) acquisition.
-    fn acquire_failed(&self, kind: EventType, key: &str, lease: i64, error: String) -> Result<()> {
-        let mut e = self.lock_event(kind, F::Acquire, key, lease);
-        e.error = Some(error);
-        record(&self.log, &e)
-    }
-
     async fn main_loop(&mut self) -> Result<()> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (u64::from(self.cfg.id) << 32));
-        let mut session: Option<Session> = None;
+        let mut session: Option<Current> = None;
         while monotonic_ns() < self.cfg.end_ns {
-            let lost = session
-                .as_ref()
-                .is_some_and(|s| s.lost.load(Ordering::SeqCst));
-            if session.is_none() || lost {
-                if let Some(s) = session.take() {
-                    s.keepalive.abort();
-                }
-                match self.new_session().await {
+            if session.as_ref().is_none_or(Current::is_lost) {
+                session = None;
+                match self.open_session().await {
                     Ok(s) => session = Some(s),
                     Err(e) => {
-                        tracing::warn!("lease grant failed: {e:#}");
+                        tracing::warn!("opening a session failed: {e:#}");
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
                 }
             }
             let Some(s) = session.as_ref() else { continue };
-            let lease = s.lease;
+            let sid = s.id;
             let key = format!("k{}", rng.gen_range(0..self.cfg.keys));
             let hold_ms = rng.gen_range(self.cfg.hold_min_ms..=self.cfg.hold_max_ms);
-            match self.hold(&key, lease, hold_ms).await? {
+            match self.hold(&key, sid, hold_ms).await? {
                 HoldOutcome::Done => {}
-                HoldOutcome::LeaseGone => {
-                    if let Some(s) = session.as_ref() {
-                        s.lost.store(true, Ordering::SeqCst);
-                    }
-                }
+                HoldOutcome::SessionGone => session = None,
                 HoldOutcome::RunOver => break,
                 HoldOutcome::Retry => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
-        if let Some(s) = session.take() {
-            s.keepalive.abort();
-            let _ = tokio::time::timeout(RPC_TIMEOUT, self.etcd.lease_revoke(s.lease)).await;
-        }
+        drop(session);
+        self.lock.close_session().await;
         Ok(())
     }
 
-    async fn new_session(&mut self) -> Result<Session> {
-        let grant = tokio::time::timeout(RPC_TIMEOUT, self.etcd.lease_grant(self.cfg.ttl_s, None))
-            .await
-            .context("lease grant timed out")??;
-        let lease = grant.id();
-        let owner = format!("{} {}", self.cfg.id, std::process::id());
-        tokio::time::timeout(
-            RPC_TIMEOUT,
-            self.etcd.put(
-                owner_key(lease),
-                owner,
-                Some(etcd_client::PutOptions::new().with_lease(lease)),
-            ),
-        )
-        .await
-        .context("owner put timed out")??;
-        let lost = Arc::new(AtomicBool::new(false));
-        let keepalive = tokio::spawn(keepalive(
-            self.etcd.clone(),
-            lease,
-            Duration::from_secs(self.cfg.ttl_s as u64) / 3,
-            lost.clone(),
-            self.log.clone(),
-            self.me.clone(),
-        ));
-        Ok(Session {
-            lease,
-            lost,
-            keepalive,
+    async fn open_session(&mut self) -> Result<Current> {
+        let s = self.lock.open_session().await?;
+        let mut lost = s.lost.clone();
+        let (log, me, id) = (self.log.clone(), self.me.clone(), s.id);
+        let recorder = tokio::spawn(async move {
+            let Ok(reason) = lost.wait_for(Option::is_some).await.map(|r| r.clone()) else {
+                return;
+            };
+            let mut e = Event::new(me, EventType::Info, F::KeepaliveLost);
+            e.session = Some(id);
+            e.error = reason;
+            if let Err(err) = record(&log, &e) {
+                tracing::error!("cannot record the session loss: {err:#}");
+            }
+        });
+        Ok(Current {
+            id: s.id,
+            lost: s.lost,
+            recorder,
         })
     }
 
-    async fn hold(&mut self, key: &str, lease: i64, hold_ms: u64) -> Result<HoldOutcome> {
+    fn event(&self, kind: EventType, f: F) -> Event {
+        Event::new(self.me.clone(), kind, f)
+    }
+
+    /// An `acquire` or `release` event of lock `key` under session `session`.
+    fn lock_event(&self, kind: EventType, f: F, key: &str, session: i64) -> Event {
+        let mut e = self.event(kind, f);
+        e.key = Some(key.to_string());
+        e.session = Some(session);
+        e
+    }
+
+    /// Records a failed (`fail`) or unknown (`info`) acquisition.
+    fn acquire_failed(
+        &self,
+        kind: EventType,
+        key: &str,
+        session: i64,
+        error: String,
+    ) -> Result<()> {
+        let mut e = self.lock_event(kind, F::Acquire, key, session);
+        e.error = Some(error);
+        record(&self.log, &e)
+    }
+
+    async fn hold(&mut self, key: &str, session: i64, hold_ms: u64) -> Result<HoldOutcome> {
         record(
             &self.log,
-            &self.lock_event(EventType::Invoke, F::Acquire, key, lease),
+            &self.lock_event(EventType::Invoke, F::Acquire, key, session),
         )?;
-
         let remaining = Duration::from_nanos(self.cfg.end_ns.saturating_sub(monotonic_ns()));
-        let lock = tokio::time::timeout(
-            remaining,
-            self.etcd
-                .lock(lock_name(key), Some(LockOptions::new().with_lease(lease))),
-        )
-        .await;
-        let lock_key = match lock {
+        let g = match tokio::time::timeout(remaining, self.lock.acquire(key)).await {
             Err(_) => {
-                self.acquire_failed(
-                    EventType::Fail,
-                    key,
-                    lease,
-                    "run ended while waiting for the lock".to_string(),
-                )?;
+                let why = "run ended while waiting for the lock".to_string();
+                self.acquire_failed(EventType::Fail, key, session, why)?;
                 return Ok(HoldOutcome::RunOver);
             }
-            Ok(Err(err)) => {
-                self.acquire_failed(EventType::Fail, key, lease, format!("lock: {err}"))?;
-                return Ok(HoldOutcome::LeaseGone);
+            Ok(Acquire::Failed {
+                error,
+                session_gone,
+                told,
+            }) => {
+                let mut e = self.lock_event(EventType::Fail, F::Acquire, key, session);
+                e.error = Some(error);
+                // The service said "granted" but the grant was already gone.
+                e.detail = told.map(|id| serde_json::json!({ "told_granted": id }));
+                record(&self.log, &e)?;
+                return Ok(if session_gone {
+                    HoldOutcome::SessionGone
+                } else {
+                    HoldOutcome::Retry
+                });
             }
-            Ok(Ok(resp)) => resp.key().to_vec(),
-        };
-
-        // The grant is the lock key's CreateRevision; a missing key means the lock
-        // was already lost (etcd 3.4 can answer Lock after the lease expired).
-        let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key.clone(), None)).await;
-        let revision = match got {
-            Ok(Ok(r)) => r.kvs().first().map(|kv| kv.create_revision()),
-            Ok(Err(err)) => {
-                return self
-                    .unknown_grant(
-                        key,
-                        &lock_key,
-                        lease,
-                        format!("reading the lock key: {err}"),
-                    )
-                    .await;
+            Ok(Acquire::Unknown { error, id }) => {
+                // Maybe held: record it as unknown, let go, and try again.
+                self.acquire_failed(EventType::Info, key, session, error)?;
+                if let Some(id) = id {
+                    let g = Granted {
+                        grant: 0,
+                        session,
+                        id,
+                    };
+                    self.release(key, &g, None).await?;
+                }
+                return Ok(HoldOutcome::Retry);
             }
-            Err(_) => {
-                return self
-                    .unknown_grant(
-                        key,
-                        &lock_key,
-                        lease,
-                        "reading the lock key timed out".into(),
-                    )
-                    .await;
-            }
+            Ok(Acquire::Granted(g)) => g,
         };
-        let Some(revision) = revision else {
-            self.acquire_failed(
-                EventType::Fail,
-                key,
-                lease,
-                "lock key gone right after Lock: the lease had expired".to_string(),
-            )?;
-            return Ok(HoldOutcome::LeaseGone);
-        };
-        let token = match self.cfg.token {
-            TokenMode::Revision => Some(revision),
-            TokenMode::LeaseId => Some(lease),
-            TokenMode::None => None,
-        };
-        let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, lease);
-        ok.revision = Some(revision);
+        let token = g.token(self.cfg.token);
+        let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, session);
+        ok.grant = Some(g.grant);
         ok.token = token;
         record(&self.log, &ok)?;
 
         let think = Duration::from_millis(hold_ms) / self.cfg.ops_per_hold.max(1);
-        let grant = Grant {
+        let op = Op {
             key,
             token,
-            revision,
-            lease,
+            grant: g.grant,
+            session,
         };
         for _ in 0..self.cfg.ops_per_hold {
-            let Some(v) = self.read(&grant).await? else {
+            let Some(v) = self.read(&op).await? else {
                 break;
             };
             tokio::time::sleep(think).await;
-            if !self.write(&grant, v.unwrap_or(0) + 1).await? {
+            if !self.write(&op, v.unwrap_or(0) + 1).await? {
                 break;
             }
         }
-        self.release(key, &lock_key, lease, Some(revision)).await?;
+        self.release(key, &g, Some(g.grant)).await?;
         Ok(HoldOutcome::Done)
     }
 
-    fn op_event(&self, kind: EventType, f: F, g: &Grant<'_>, request_id: u64) -> Event {
+    fn op_event(&self, kind: EventType, f: F, op: &Op<'_>, request_id: u64) -> Event {
         let mut e = self.event(kind, f);
-        e.key = Some(g.key.to_string());
-        e.token = g.token;
-        e.revision = Some(g.revision);
-        e.lease = Some(g.lease);
+        e.key = Some(op.key.to_string());
+        e.token = op.token;
+        e.grant = Some(op.grant);
+        e.session = Some(op.session);
         e.request_id = Some(request_id);
         e
     }
 
-    async fn storage(
-        &mut self,
-        g: &Grant<'_>,
-        op: OpKind,
-        val: Option<i64>,
-    ) -> (u64, Result<Answer>) {
+    fn request(&mut self, op: &Op<'_>, kind: OpKind, val: Option<i64>) -> Request {
         self.next_request += 1;
-        let req = Request {
-            op,
-            key: g.key.to_string(),
+        Request {
+            op: kind,
+            key: op.key.to_string(),
             val,
-            token: g.token,
-            revision: Some(g.revision),
-            lease: Some(g.lease),
+            token: op.token,
+            revision: Some(op.grant),
+            lease: Some(op.session),
             client: self.cfg.id.to_string(),
             request_id: self.next_request,
-        };
-        let id = self.next_request;
-        let res = async {
-            let resp = self
-                .http
-                .post(&self.cfg.storage_url)
-                .json(&req)
-                .send()
-                .await?;
-            let status = resp.status();
-            if !status.is_success() {
-                anyhow::bail!(
-                    "storage answered {status}: {}",
-                    resp.text().await.unwrap_or_default()
-                );
-            }
-            Ok(resp.json::<Answer>().await?)
         }
-        .await;
-        (id, res)
     }
 
     /// Returns the value read (`Some(None)` for a never-written key), or `None` when
     /// the read failed and the hold should end.
-    async fn read(&mut self, g: &Grant<'_>) -> Result<Option<Option<i64>>> {
-        let id = self.next_request + 1;
-        record(&self.log, &self.op_event(EventType::Invoke, F::Read, g, id))?;
-        let (id, res) = self.storage(g, OpKind::Read, None).await;
-        match res {
+    async fn read(&mut self, op: &Op<'_>) -> Result<Option<Option<i64>>> {
+        let req = self.request(op, OpKind::Read, None);
+        let id = req.request_id;
+        record(
+            &self.log,
+            &self.op_event(EventType::Invoke, F::Read, op, id),
+        )?;
+        match self.storage.call(&req).await {
             Ok(a) => {
-                let mut e = self.op_event(EventType::Ok, F::Read, g, id);
+                let mut e = self.op_event(EventType::Ok, F::Read, op, id);
                 e.value = a.value;
                 record(&self.log, &e)?;
                 Ok(Some(a.value))
             }
             Err(err) => {
-                // A read has no effect: a failed read is a `fail`, not an unknown.
-                let mut e = self.op_event(EventType::Fail, F::Read, g, id);
+                // The read may have reached the storage and registered its token
+                // (a fenced read raises the key's max): its effect is unknown.
+                let mut e = self.op_event(EventType::Info, F::Read, op, id);
                 e.error = Some(format!("{err:#}"));
                 record(&self.log, &e)?;
                 Ok(None)
@@ -380,13 +315,14 @@ impl Worker {
     }
 
     /// Returns whether the write was accepted.
-    async fn write(&mut self, g: &Grant<'_>, value: i64) -> Result<bool> {
-        let id = self.next_request + 1;
-        let mut inv = self.op_event(EventType::Invoke, F::Write, g, id);
+    async fn write(&mut self, op: &Op<'_>, value: i64) -> Result<bool> {
+        let req = self.request(op, OpKind::Write, Some(value));
+        let id = req.request_id;
+        let mut inv = self.op_event(EventType::Invoke, F::Write, op, id);
         inv.value = Some(value);
         record(&self.log, &inv)?;
-        let (id, res) = self.storage(g, OpKind::Write, Some(value)).await;
-        let mut e = self.op_event(EventType::Info, F::Write, g, id);
+        let res = self.storage.call(&req).await;
+        let mut e = self.op_event(EventType::Info, F::Write, op, id);
         e.value = Some(value);
         let accepted = match res {
             Ok(a) if a.verdict == Verdict::Accepted => {
@@ -413,113 +349,25 @@ impl Worker {
         Ok(accepted)
     }
 
-    async fn release(
-        &mut self,
-        key: &str,
-        lock_key: &[u8],
-        lease: i64,
-        revision: Option<i64>,
-    ) -> Result<()> {
-        let mut inv = self.lock_event(EventType::Invoke, F::Release, key, lease);
-        inv.revision = revision;
+    async fn release(&mut self, key: &str, g: &Granted, grant: Option<i64>) -> Result<()> {
+        let mut inv = self.lock_event(EventType::Invoke, F::Release, key, g.session);
+        inv.grant = grant;
         record(&self.log, &inv)?;
-        let res = tokio::time::timeout(RPC_TIMEOUT, self.etcd.unlock(lock_key.to_vec())).await;
-        let mut e = self.lock_event(EventType::Ok, F::Release, key, lease);
-        e.revision = revision;
-        match res {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                e.kind = EventType::Info;
-                e.error = Some(format!("unlock: {err}"));
-            }
-            Err(_) => {
-                e.kind = EventType::Info;
-                e.error = Some("unlock timed out".into());
-            }
+        let res = self.lock.release(g).await;
+        let mut e = self.lock_event(EventType::Ok, F::Release, key, g.session);
+        e.grant = grant;
+        if let Err(err) = res {
+            e.kind = EventType::Info;
+            e.error = Some(format!("{err:#}"));
         }
         record(&self.log, &e)
     }
 }
 
-struct Grant<'a> {
+/// What every storage request of one hold carries.
+struct Op<'a> {
     key: &'a str,
     token: Option<i64>,
-    revision: i64,
-    lease: i64,
-}
-
-enum HoldOutcome {
-    Done,
-    LeaseGone,
-    RunOver,
-    Retry,
-}
-
-/// Keeps `lease` alive every `interval`, as etcd's clientv3 does: a failed
-/// keepalive is retried (a member may be restarting, a leader being elected) until
-/// the lease's TTL has run out since the last success; then, or at once when etcd
-/// answers TTL 0 (the lease is gone), it records one `keepalive-lost`, raises `lost`
-/// and stops.
-async fn keepalive(
-    mut etcd: Client,
-    lease: i64,
-    interval: Duration,
-    lost: Arc<AtomicBool>,
-    log: Log,
-    me: Process,
-) {
-    let ttl = interval * 3;
-    let mut last_ok = tokio::time::Instant::now();
-    let reason = 'session: loop {
-        // Every wait is bounded by the lease's deadline: a hung stream must not
-        // outlive the lease unnoticed.
-        let opened = tokio::time::timeout_at(last_ok + ttl, etcd.lease_keep_alive(lease)).await;
-        let (mut keeper, mut stream) = match opened {
-            Err(_) => break "no keepalive answer within the TTL".to_string(),
-            Ok(Err(e)) => {
-                if last_ok.elapsed() >= ttl {
-                    break format!("keepalive stream: {e}; TTL ran out");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Ok(Ok(x)) => x,
-        };
-        loop {
-            let sent = tokio::time::timeout_at(last_ok + ttl, keeper.keep_alive()).await;
-            let answer = match sent {
-                Err(_) => break 'session "no keepalive answer within the TTL".to_string(),
-                Ok(Err(_)) => None,
-                Ok(Ok(())) => {
-                    let until = (last_ok + ttl).min(tokio::time::Instant::now() + interval);
-                    match tokio::time::timeout_at(until, stream.message()).await {
-                        Ok(Ok(Some(r))) => Some(r.ttl()),
-                        _ => None,
-                    }
-                }
-            };
-            match answer {
-                Some(t) if t <= 0 => {
-                    break 'session "lease expired (keepalive answered TTL 0)".to_string()
-                }
-                Some(_) => last_ok = tokio::time::Instant::now(),
-                None => {
-                    if last_ok.elapsed() >= ttl {
-                        break 'session "no keepalive answer within the TTL".to_string();
-                    }
-                    // Reopen the stream: the member behind it may be gone.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue 'session;
-                }
-            }
-            tokio::time::sleep(interval).await;
-        }
-    };
-    lost.store(true, Ordering::SeqCst);
-    let mut e = Event::new(me, EventType::Info, F::KeepaliveLost);
-    e.lease = Some(lease);
-    e.error = Some(reason);
-    if let Err(err) = record(&log, &e) {
-        tracing::error!("cannot record keepalive loss: {err:#}");
-    }
+    grant: i64,
+    session: i64,
 }

@@ -3,7 +3,7 @@
 //! worker processes on the host against them, injects faults through the engine
 //! (`docker pause`, `docker kill` / `docker start`), checks the history, and removes
 //! every container, network and volume it made — after a run, after Ctrl-C and after
-//! a failed start.
+//! a failed start; and when the harness is killed with SIGKILL, its reaper does.
 //!
 //! Where no Docker engine answers, each test prints one line and returns; with
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead. The tests run one at a time (a
@@ -72,6 +72,11 @@ fn docker_json(run_dir: &Path) -> Value {
 /// Containers, networks and volumes labelled `fencecheck.run`, as the docker CLI
 /// lists them.
 fn leftovers() -> Vec<String> {
+    leftovers_labelled("fencecheck.run")
+}
+
+/// Containers, networks and volumes matching a label filter (`KEY` or `KEY=VALUE`).
+fn leftovers_labelled(label: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (what, args, format) in [
         ("container", ["ps", "-a"], "{{.Names}}"),
@@ -80,7 +85,7 @@ fn leftovers() -> Vec<String> {
     ] {
         let o = Command::new("docker")
             .args(args)
-            .args(["--filter", "label=fencecheck.run", "--format", format])
+            .args(["--filter", &format!("label={label}"), "--format", format])
             .output()
             .expect("docker CLI");
         assert!(o.status.success(), "docker {args:?}: {o:?}");
@@ -402,4 +407,93 @@ fn clean_removes_what_a_killed_run_left() {
     assert!(text.contains(&format!("network {name}")), "{text}");
     assert!(text.contains(&format!("volume {name}")), "{text}");
     assert_no_docker_leftovers("after fencecheck clean");
+}
+
+/// Containers, networks and volumes of one run (label `fencecheck.run=<id>`).
+fn leftovers_of(run_id: &str) -> Vec<String> {
+    leftovers_labelled(&format!("fencecheck.run={run_id}"))
+}
+
+#[test]
+fn a_harness_killed_with_sigkill_leaves_nothing_within_30_s() {
+    if !docker_or_skip("sigkill_on_docker") {
+        return;
+    }
+    let _g = serial();
+    // No `fencecheck clean` anywhere in this test: only this run's label is looked
+    // at, and the run's reaper alone must remove it.
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let mut child = bin()
+        .args([
+            "scenario",
+            "scenarios/pause.toml",
+            "--backend",
+            "docker",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Running: the workers have recorded events, so every container is up. The
+    // first run may build images (minutes on a cold cache), hence the long deadline.
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let events = std::fs::read_to_string(out.join("worker-0.jsonl")).unwrap_or_default();
+        if events.lines().count() >= 2 {
+            break;
+        }
+        if let Some(s) = child.try_wait().expect("wait") {
+            panic!("fencecheck exited ({s}) before its workers ran");
+        }
+        assert!(Instant::now() < deadline, "the run never got going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run_id = docker_json(&out)["run_id"]
+        .as_str()
+        .expect("run_id in docker.json")
+        .to_string();
+    let before = leftovers_of(&run_id);
+    for what in [
+        "container fencecheck-",
+        "network fencecheck-",
+        "volume fencecheck-",
+    ] {
+        assert!(
+            before.iter().any(|l| l.starts_with(what)),
+            "expected a {what}… of run {run_id} while it runs: {before:#?}"
+        );
+    }
+    assert!(
+        before.iter().any(|l| l.ends_with("-reaper")),
+        "no reaper container for run {run_id}: {before:#?}"
+    );
+
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{status}"
+    );
+    let killed = Instant::now();
+    loop {
+        let left = leftovers_of(&run_id);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "30 s after SIGKILL, run {run_id} still has: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "sigkill_on_docker: run {run_id} gone {:.1} s after SIGKILL",
+        killed.elapsed().as_secs_f64()
+    );
 }

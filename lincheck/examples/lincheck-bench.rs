@@ -1,7 +1,9 @@
-//! Benchmark: generated histories (16 clients), each shape in a child process
-//! so its peak memory (VmHWM) is its own.
+//! Benchmark: generated histories, each shape in a child process so its peak
+//! memory (VmHWM) is its own.
 //!
 //! `cargo run --release -p fencecheck-lincheck --example lincheck-bench [-- --quick]`
+//! runs the table; one shape alone (what the README's repeated figures use):
+//! `lincheck-bench --child MODEL OPS KEYS INJECT(0|1) PENDING_FRACTION [CLIENTS] [BUDGET_S]`
 
 use lincheck::gen::{generate, write_jsonl, GenConfig};
 use lincheck::{check, parse_jsonl, Model, Validity};
@@ -29,12 +31,17 @@ struct Shape {
     ops: usize,
     keys: usize,
     inject: bool,
+    /// Fraction of ops that never return.
     timeout_rate: f64,
+    clients: usize,
 }
 
-fn child_check(s: &Shape) -> Result<String, String> {
+/// The check's time budget; a shape that hits it reports `unknown`.
+const DEFAULT_BUDGET_S: u64 = 120;
+
+fn child_check(s: &Shape, budget: Duration) -> Result<String, String> {
     let model: Model = s.model.parse()?;
-    let mut cfg = GenConfig::new(model, s.ops, 16, s.keys, 42);
+    let mut cfg = GenConfig::new(model, s.ops, s.clients, s.keys, 42);
     cfg.inject_violation = s.inject;
     cfg.timeout_rate = s.timeout_rate;
     let t = Instant::now();
@@ -42,7 +49,7 @@ fn child_check(s: &Shape) -> Result<String, String> {
     let gen_s = t.elapsed().as_secs_f64();
     let rss_before = status_kb("VmRSS:");
     let t = Instant::now();
-    let r = check(&g.ops, model, Some(Duration::from_secs(120))).map_err(|e| e.to_string())?;
+    let r = check(&g.ops, model, Some(budget)).map_err(|e| e.to_string())?;
     let check_s = t.elapsed().as_secs_f64();
     let hwm = status_kb("VmHWM:");
     let visited: u64 = r.partitions.iter().map(|p| p.visited).sum();
@@ -99,8 +106,13 @@ fn main() {
             keys: args[4].parse().unwrap_or(1),
             inject: args[5] == "1",
             timeout_rate: args[6].parse().unwrap_or(0.0),
+            clients: args.get(7).and_then(|a| a.parse().ok()).unwrap_or(16),
         };
-        match child_check(&s) {
+        let budget = args
+            .get(8)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(DEFAULT_BUDGET_S);
+        match child_check(&s, Duration::from_secs(budget)) {
             Ok(line) => println!("{line}"),
             Err(e) => println!("error {e}"),
         }
@@ -142,25 +154,36 @@ fn main() {
 
     let big = if quick { 100_000 } else { 1_000_000 };
     let one = if quick { 10_000 } else { 100_000 };
+    // (model, ops, keys, clients)
     let plain = [
-        ("kv", big, 1000),
-        ("kv", big, 10),
-        ("kv", 10_000, 1),
-        ("kv", one, 1),
-        ("fenced", big, 1000),
-        ("fenced", big, 10),
-        ("fenced", one, 1),
+        ("kv", big, 1000, 16),
+        ("kv", big, 10, 16),
+        ("kv", 10_000, 1, 16),
+        ("kv", one, 1, 16),
+        ("fenced", big, 1000, 16),
+        ("fenced", big, 10, 16),
+        ("fenced", one, 1, 16),
+        // Many clients on one key: a wide concurrency window.
+        ("kv", one, 1, 64),
+        ("kv", big, 1, 64),
+        ("fenced", one, 1, 64),
+        ("fenced", big, 1, 64),
     ];
-    // The same shapes again with 1% of operations never returning.
+    // The same kind of shapes with 1% (and 5%) of operations never returning.
     let with_timeouts = [
-        ("kv", big, 10),
-        ("kv", one, 1),
-        ("fenced", big, 10),
-        ("fenced", one, 1),
+        ("kv", big, 10, 16),
+        ("kv", one, 1, 16),
+        ("fenced", big, 10, 16),
+        ("fenced", one, 1, 16),
     ];
+    let many_timeouts = [("kv", one, 1, 16), ("fenced", one, 1, 16)];
     let mut shapes = vec![];
-    for (list, timeout_rate) in [(&plain[..], 0.0), (&with_timeouts[..], 0.01)] {
-        for &(model, ops, keys) in list {
+    for (list, timeout_rate) in [
+        (&plain[..], 0.0),
+        (&with_timeouts[..], 0.01),
+        (&many_timeouts[..], 0.05),
+    ] {
+        for &(model, ops, keys, clients) in list {
             for inject in [false, true] {
                 shapes.push(Shape {
                     model,
@@ -168,13 +191,14 @@ fn main() {
                     keys,
                     inject,
                     timeout_rate,
+                    clients,
                 });
             }
         }
     }
 
-    println!("| model | ops | keys | timeouts | injected | verdict | check s | peak RSS MiB | RSS before check MiB | configs visited |");
-    println!("|---|---:|---:|---:|---|---|---:|---:|---:|---:|");
+    println!("| model | ops | keys | clients | never return | injected | verdict | check s | peak RSS MiB | RSS before check MiB | configs visited |");
+    println!("|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|");
     for s in &shapes {
         let line = run(&[
             "--child".into(),
@@ -183,14 +207,16 @@ fn main() {
             s.keys.to_string(),
             if s.inject { "1" } else { "0" }.into(),
             s.timeout_rate.to_string(),
+            s.clients.to_string(),
         ]);
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() == 7 {
             println!(
-                "| {} | {} | {} | {}% | {} | {} {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {}% | {} | {} {} | {} | {} | {} | {} |",
                 s.model,
                 s.ops,
                 s.keys,
+                s.clients,
                 s.timeout_rate * 100.0,
                 if s.inject { "yes" } else { "no" },
                 f[0],
@@ -202,10 +228,11 @@ fn main() {
             );
         } else {
             println!(
-                "| {} | {} | {} | {}% | {} | {line} | | | | |",
+                "| {} | {} | {} | {} | {}% | {} | {line} | | | | |",
                 s.model,
                 s.ops,
                 s.keys,
+                s.clients,
                 s.timeout_rate * 100.0,
                 s.inject
             );

@@ -1,10 +1,11 @@
 //! P-compositional driver: partition by key, check partitions in parallel,
 //! stop at the first violation.
 
+use crate::counterexample::{counterexample, view};
 use crate::model::{FencedModel, Interner, KvModel, Model, SeqModel};
 use crate::op::Op;
-use crate::search::{search, Outcome, Prepared, MAX_PARTITION};
-use rustc_hash::FxHashMap;
+use crate::refute::{refute, Refutation};
+use crate::search::{search, Limits, Outcome, Prepared, MAX_PARTITION};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
@@ -83,6 +84,19 @@ pub struct Counterexample {
     /// impossible (e.g. a read of a value the candidate overwrites for good).
     /// If there are none (the dead end is further on), all candidates.
     pub unplaceable: Vec<OpView>,
+    /// Set when the violation was proved without the search (see the
+    /// README's algorithm section): the reason, and the ops it rests on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof: Option<Proof>,
+}
+
+/// A violation proved from the values alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Proof {
+    pub reason: String,
+    /// The ops the reason is about, in call order: e.g. the write of the
+    /// value read, the stale read, and the write that completed in between.
+    pub ops: Vec<OpView>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -123,13 +137,13 @@ pub fn check(
     }
 }
 
-struct Part<I> {
-    key: String,
+pub(crate) struct Part<I> {
+    pub key: String,
     /// Index of the first op with this key.
-    first: usize,
-    nops: usize,
-    ops: Vec<Prepared<I>>,
-    values: Interner,
+    pub first: usize,
+    pub nops: usize,
+    pub ops: Vec<Prepared<I>>,
+    pub values: Interner,
 }
 
 fn threads() -> usize {
@@ -233,46 +247,45 @@ pub fn check_with<M: SeqModel>(
         });
     }
 
-    // Biggest partitions first so a long one does not start last.
-    let mut order: Vec<usize> = (0..parts.len()).collect();
-    order.sort_by_key(|&k| std::cmp::Reverse(parts[k].ops.len()));
-    let cancel = AtomicBool::new(false);
-    type Verdict = (Validity, u64, Option<Counterexample>);
-    let results: Vec<Mutex<Option<Verdict>>> = (0..parts.len()).map(|_| Mutex::new(None)).collect();
-    par_for(order.len(), |j| {
-        let k = order[j];
-        let part = &parts[k];
-        if cancel.load(Ordering::Relaxed) {
-            return;
-        }
-        let (outcome, stats) = search(model, &part.ops, &part.values, deadline, &cancel);
-        let r = match outcome {
-            Outcome::Ok => (Validity::Linearizable, stats.visited, None),
-            Outcome::Unknown => (Validity::Unknown, stats.visited, None),
-            Outcome::Illegal { best, state } => {
-                cancel.store(true, Ordering::Relaxed);
-                let ce = counterexample(model, ops, part, &best, &state);
-                (Validity::NotLinearizable, stats.visited, Some(ce))
-            }
-        };
-        if let Ok(mut g) = results[k].lock() {
-            *g = Some(r);
+    // The budget covers the whole check; one already spent on preparing
+    // the partitions decides nothing (the search polls it only every few
+    // thousand steps, the finder not at all).
+    let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+    // The violation finder first, on every partition (linear time): a
+    // violation it proves needs no exhaustive search.
+    let refuted: Vec<Mutex<Option<Refutation>>> =
+        (0..parts.len()).map(|_| Mutex::new(None)).collect();
+    par_for(if out_of_time { 0 } else { parts.len() }, |k| {
+        let r = refute(model, &parts[k].ops, parts[k].values.len());
+        if let Ok(mut g) = refuted[k].lock() {
+            *g = r;
         }
     });
+    let refuted: Vec<Option<Refutation>> = refuted
+        .into_iter()
+        .map(|m| m.into_inner().ok().flatten())
+        .collect();
+    let results = match refuted.iter().position(Option::is_some) {
+        _ if out_of_time => vec![None; parts.len()],
+        Some(k) => explain_violation(model, ops, &parts, k, &refuted, deadline),
+        None => search_all(model, ops, &parts, deadline),
+    };
 
     let mut partitions = Vec::with_capacity(parts.len());
     let mut counterexample = None;
     let mut any_unknown = false;
+    let mut any_invalid = false;
     for (part, r) in parts.iter().zip(results) {
-        let (valid, visited, ce) =
-            r.into_inner()
-                .ok()
-                .flatten()
-                .unwrap_or((Validity::Unknown, 0, None));
+        let (valid, visited, ce) = r.unwrap_or((Validity::Unknown, 0, None));
         match valid {
             Validity::Unknown => any_unknown = true,
-            Validity::NotLinearizable if counterexample.is_none() => counterexample = ce,
-            _ => {}
+            Validity::NotLinearizable => {
+                any_invalid = true;
+                if counterexample.is_none() {
+                    counterexample = ce;
+                }
+            }
+            Validity::Linearizable => {}
         }
         partitions.push(PartitionResult {
             key: part.key.clone(),
@@ -281,7 +294,7 @@ pub fn check_with<M: SeqModel>(
             visited,
         });
     }
-    let valid = if counterexample.is_some() {
+    let valid = if any_invalid {
         Validity::NotLinearizable
     } else if any_unknown {
         Validity::Unknown
@@ -296,6 +309,134 @@ pub fn check_with<M: SeqModel>(
         counterexample,
         check_ms: start.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// True if the violation finder alone (no search) proves some partition
+/// not linearizable. For tests that hold it against a brute-force checker;
+/// [`check`] already uses it.
+#[doc(hidden)]
+pub fn violation_proved(ops: &[Op], model: Model) -> Result<bool, InputError> {
+    fn any<M: SeqModel>(ops: &[Op], model: &M) -> Result<bool, InputError> {
+        let parts = prepare_shard(model, ops, 0, 1)?;
+        Ok(parts
+            .iter()
+            .any(|p| refute(model, &p.ops, p.values.len()).is_some()))
+    }
+    match model {
+        Model::Kv => any(ops, &KvModel),
+        Model::Fenced => any(ops, &FencedModel),
+    }
+}
+
+/// A partition's verdict, configurations visited and counterexample;
+/// `None` for a partition not checked because another one failed.
+type Verdict = (Validity, u64, Option<Counterexample>);
+
+/// Configurations the counterexample search for an already proved
+/// violation may visit after reaching its deepest prefix (see
+/// `Limits::known_invalid`). Histories whose search needs fewer get the
+/// same counterexample as from a full search.
+const COUNTEREXAMPLE_PATIENCE: u64 = 50_000;
+
+/// No partition was proved invalid up front: search them all, biggest
+/// first so a long one does not start last, stopping at the first violation.
+fn search_all<M: SeqModel>(
+    model: &M,
+    ops: &[Op],
+    parts: &[Part<M::Input>],
+    deadline: Option<Instant>,
+) -> Vec<Option<Verdict>> {
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(parts[k].ops.len()));
+    let cancel = AtomicBool::new(false);
+    let limits = Limits {
+        deadline,
+        cancel: &cancel,
+        known_invalid: None,
+    };
+    let results: Vec<Mutex<Option<Verdict>>> = (0..parts.len()).map(|_| Mutex::new(None)).collect();
+    par_for(order.len(), |j| {
+        let k = order[j];
+        let part = &parts[k];
+        if cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        let (outcome, stats) = search(model, &part.ops, &part.values, &limits);
+        let r = match outcome {
+            Outcome::Ok => (Validity::Linearizable, stats.visited, None),
+            Outcome::Unknown => (Validity::Unknown, stats.visited, None),
+            Outcome::Illegal { best, state } | Outcome::GaveUp { best, state } => {
+                cancel.store(true, Ordering::Relaxed);
+                let ce = counterexample(model, ops, part, &best, &state);
+                (Validity::NotLinearizable, stats.visited, Some(ce))
+            }
+        };
+        if let Ok(mut g) = results[k].lock() {
+            *g = Some(r);
+        }
+    });
+    results
+        .into_iter()
+        .map(|m| m.into_inner().ok().flatten())
+        .collect()
+}
+
+/// Partitions in `refuted` are proved not linearizable; the first one, `k`,
+/// gets a counterexample from a search that stops once it has its longest
+/// prefix (the verdict does not depend on it). The partitions not proved
+/// invalid are left unchecked, as after any violation.
+fn explain_violation<M: SeqModel>(
+    model: &M,
+    ops: &[Op],
+    parts: &[Part<M::Input>],
+    k: usize,
+    refuted: &[Option<Refutation>],
+    deadline: Option<Instant>,
+) -> Vec<Option<Verdict>> {
+    let mut results: Vec<Option<Verdict>> = refuted
+        .iter()
+        .map(|r| r.as_ref().map(|_| (Validity::NotLinearizable, 0, None)))
+        .collect();
+    let part = &parts[k];
+    let cancel = AtomicBool::new(false);
+    let limits = Limits {
+        deadline,
+        cancel: &cancel,
+        known_invalid: Some(COUNTEREXAMPLE_PATIENCE),
+    };
+    let (outcome, stats) = search(model, &part.ops, &part.values, &limits);
+    let (best, state, disagree) = match outcome {
+        Outcome::Illegal { best, state } | Outcome::GaveUp { best, state } => (best, state, false),
+        Outcome::Ok | Outcome::Unknown => {
+            // The finder's conditions are necessary for linearizability, so
+            // an exhaustive search cannot succeed here; if it ever did, one
+            // of the two has a bug. Keep the proved verdict and show where
+            // the proof lies.
+            debug_assert!(
+                false,
+                "search and violation finder disagree on {:?}",
+                part.key
+            );
+            (Vec::new(), model.init(), true)
+        }
+    };
+    let mut ce = counterexample(model, ops, part, &best, &state);
+    if let Some(r) = &refuted[k] {
+        let proof_ops: Vec<OpView> = r
+            .ops()
+            .iter()
+            .map(|&i| view(ops, part.ops[i as usize].orig, None))
+            .collect();
+        if disagree {
+            ce.unplaceable = proof_ops.clone();
+        }
+        ce.proof = Some(Proof {
+            reason: r.explain(&|v| part.values.value(v).to_string()),
+            ops: proof_ops,
+        });
+    }
+    results[k] = Some((Validity::NotLinearizable, stats.visited, Some(ce)));
+    results
 }
 
 fn key_hash(k: &str) -> u64 {
@@ -359,133 +500,4 @@ fn prepare_shard<M: SeqModel>(
         p.ops.sort_by_key(|o| (o.call, o.orig));
     }
     Ok(parts)
-}
-
-fn view(ops: &[Op], index: usize, state_after: Option<Value>) -> OpView {
-    let op = &ops[index];
-    OpView {
-        index,
-        client: op.client,
-        call_ns: op.call_ns,
-        return_ns: op.return_ns,
-        op: op.op.as_str().to_string(),
-        arg: op.arg.clone(),
-        out: op.out.clone(),
-        unknown: op.unknown,
-        state_after,
-    }
-}
-
-fn counterexample<M: SeqModel>(
-    model: &M,
-    ops: &[Op],
-    part: &Part<M::Input>,
-    best: &[u32],
-    end_state: &M::State,
-) -> Counterexample {
-    let mut state = model.init();
-    let mut linearized = Vec::with_capacity(best.len());
-    let mut placed = vec![false; part.ops.len()];
-    for &i in best {
-        let p = &part.ops[i as usize];
-        placed[i as usize] = true;
-        if let Some(s) = model.step(&state, &p.input) {
-            state = s;
-        }
-        linearized.push(view(
-            ops,
-            p.orig,
-            Some(model.describe_state(&state, &part.values)),
-        ));
-    }
-    debug_assert!(state == *end_state);
-    // Candidates: unplaced ops called before the earliest pending deadline.
-    let first_ret = part
-        .ops
-        .iter()
-        .zip(&placed)
-        .filter(|(p, &d)| !d && !p.pending)
-        .map(|(p, _)| p.ret)
-        .min()
-        .unwrap_or(u64::MAX);
-    let candidates: Vec<&Prepared<M::Input>> = part
-        .ops
-        .iter()
-        .zip(&placed)
-        .filter(|(p, &d)| !d && p.call <= first_ret)
-        .map(|(p, _)| p)
-        .collect();
-    // Candidates the model rejects outright, plus remaining ops that some
-    // fitting candidate would doom (a needed value that could no longer
-    // appear, or a token bound already passed): the search cuts those
-    // branches early, so the stale read itself may lie beyond the prefix.
-    let mut picked = vec![false; part.ops.len()];
-    let mut prod: FxHashMap<u32, u32> = FxHashMap::default();
-    for (k, p) in part.ops.iter().enumerate() {
-        if placed[k] {
-            continue;
-        }
-        if let Some(v) = model.value_produced(&p.input) {
-            *prod.entry(v).or_default() += 1;
-        }
-    }
-    // Ops doomed whichever fitting returned candidate goes next.
-    let mut doomed_by_all: Option<Vec<bool>> = None;
-    for (k, p) in part.ops.iter().enumerate() {
-        if placed[k] || p.call > first_ret {
-            continue;
-        }
-        let Some(ns) = model.step(end_state, &p.input) else {
-            picked[k] = true;
-            continue;
-        };
-        if p.pending {
-            continue;
-        }
-        let cur = model.state_value(&ns);
-        let bound = model.state_bound(&ns);
-        let own_prod = model.value_produced(&p.input);
-        let mut doomed = vec![false; part.ops.len()];
-        for (j, o) in part.ops.iter().enumerate() {
-            if placed[j] || j == k || o.pending {
-                continue;
-            }
-            if let Some(v) = model.value_needed(&o.input) {
-                let producers = prod.get(&v).copied().unwrap_or(0) - u32::from(own_prod == Some(v));
-                if producers == 0 && cur != Some(v) {
-                    doomed[j] = true;
-                }
-            }
-            if let (Some(b), Some(nb)) = (bound, model.bound_needed(&o.input)) {
-                if b > nb {
-                    doomed[j] = true;
-                }
-            }
-        }
-        doomed_by_all = Some(match doomed_by_all {
-            None => doomed,
-            Some(prev) => prev.iter().zip(&doomed).map(|(a, b)| *a && *b).collect(),
-        });
-    }
-    if let Some(d) = doomed_by_all {
-        for (x, y) in picked.iter_mut().zip(d) {
-            *x |= y;
-        }
-    }
-    let mut unplaceable: Vec<OpView> = part
-        .ops
-        .iter()
-        .zip(&picked)
-        .filter(|(_, &x)| x)
-        .map(|(p, _)| view(ops, p.orig, None))
-        .collect();
-    if unplaceable.is_empty() {
-        unplaceable = candidates.iter().map(|p| view(ops, p.orig, None)).collect();
-    }
-    Counterexample {
-        key: part.key.clone(),
-        linearized,
-        state: model.describe_state(end_state, &part.values),
-        unplaceable,
-    }
 }

@@ -126,6 +126,12 @@ pub fn render(r: &CheckResult, line_of: &dyn Fn(usize) -> u32) -> String {
         for v in &ce.unplaceable {
             s.push_str(&format!("    {}\n", fmt_op(v, line_of)));
         }
+        if let Some(p) = &ce.proof {
+            s.push_str(&format!("  proved without the search: {}:\n", p.reason));
+            for v in &p.ops {
+                s.push_str(&format!("    {}\n", fmt_op(v, line_of)));
+            }
+        }
     }
     s
 }

@@ -41,14 +41,17 @@
 
 mod check;
 mod cli;
+mod counterexample;
 pub mod gen;
 mod model;
 mod op;
 mod parse;
+mod refute;
 mod search;
 
 pub use check::{
-    check, check_with, CheckResult, Counterexample, InputError, OpView, PartitionResult, Validity,
+    check, check_with, violation_proved, CheckResult, Counterexample, InputError, OpView,
+    PartitionResult, Proof, Validity,
 };
 pub use cli::{
     command, render, EXIT_BAD_INPUT, EXIT_LINEARIZABLE, EXIT_NOT_LINEARIZABLE, EXIT_UNKNOWN,

@@ -144,6 +144,13 @@ pub trait SeqModel: Sync {
     fn value_needed(&self, _input: &Self::Input) -> Option<u32> {
         None
     }
+    /// Optional hint for the violation finder: the value the state must
+    /// NOT hold for this (completed, checked) op to succeed, e.g. the
+    /// expected value of a cas that failed. Contract: an op with
+    /// `value_excluded == Some(v)` fails wherever `state_value == Some(v)`.
+    fn value_excluded(&self, _input: &Self::Input) -> Option<u32> {
+        None
+    }
     /// Optional pruning hint: the value this op installs if it takes effect.
     fn value_produced(&self, _input: &Self::Input) -> Option<u32> {
         None
@@ -151,6 +158,14 @@ pub trait SeqModel: Sync {
     /// Optional pruning hint: the value part of a state.
     fn state_value(&self, _state: &Self::State) -> Option<u32> {
         None
+    }
+    /// Optional hint for the violation finder (`refute.rs`): true if
+    /// linearizing this op, whenever its `step` succeeds, makes `state_value`
+    /// equal to its `value_produced` (a plain write, a cas known to have
+    /// succeeded, a fenced write known to have been accepted). A wrong `true`
+    /// makes the checker report violations that are not there.
+    fn definitely_produces(&self, _input: &Self::Input) -> bool {
+        false
     }
     /// Optional pruning hint for a monotone part of the state: this
     /// (completed) op succeeds only where `state_bound <= bound`. Contract:
@@ -290,6 +305,17 @@ impl SeqModel for KvModel {
         }
     }
 
+    fn value_excluded(&self, input: &KvInput) -> Option<u32> {
+        match *input {
+            KvInput::Cas {
+                expected,
+                out: Some(false),
+                ..
+            } => Some(expected),
+            _ => None,
+        }
+    }
+
     fn value_produced(&self, input: &KvInput) -> Option<u32> {
         match *input {
             KvInput::Write { value } => Some(value),
@@ -304,6 +330,17 @@ impl SeqModel for KvModel {
 
     fn state_value(&self, &s: &u32) -> Option<u32> {
         Some(s)
+    }
+
+    fn definitely_produces(&self, input: &KvInput) -> bool {
+        matches!(
+            input,
+            KvInput::Write { .. }
+                | KvInput::Cas {
+                    out: Some(true),
+                    ..
+                }
+        )
     }
 
     fn shape_key(&self, input: &KvInput) -> Option<u64> {
@@ -454,6 +491,16 @@ impl SeqModel for FencedModel {
 
     fn state_value(&self, s: &FencedState) -> Option<u32> {
         Some(s.value)
+    }
+
+    fn definitely_produces(&self, input: &FencedInput) -> bool {
+        matches!(
+            input,
+            FencedInput::Write {
+                out: Some(true),
+                ..
+            }
+        )
     }
 
     fn bound_needed(&self, input: &FencedInput) -> Option<i64> {

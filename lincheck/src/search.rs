@@ -18,8 +18,12 @@
 //! (`Memo`), and "a never-returned op must be followed by an op that depends
 //! on it".
 
+mod memo;
+mod prune;
+
 use crate::model::{Interner, SeqModel};
-use hashbrown::HashTable;
+use memo::{DSets, Memo};
+use prune::{Bits, Bounds, Pruner};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -46,6 +50,28 @@ pub(crate) enum Outcome<S> {
         state: S,
     },
     Unknown,
+    /// Only with [`Limits::known_invalid`]: the search stopped before
+    /// exhausting the alternatives; `best` and `state` as for `Illegal`.
+    GaveUp {
+        best: Vec<u32>,
+        state: S,
+    },
+}
+
+/// When the search stops early.
+pub(crate) struct Limits<'a> {
+    pub deadline: Option<Instant>,
+    /// Set when another partition failed.
+    pub cancel: &'a AtomicBool,
+    /// The partition is already proved not linearizable (`refute.rs`) and
+    /// the search only looks for a long linearizable prefix for the
+    /// counterexample. The depth-first search dives to near the violation
+    /// first; what follows is the exhaustive part, which can take
+    /// exponential time and rarely gets much deeper. So it stops once it
+    /// has visited this many configurations since it reached the deepest
+    /// prefix so far (or at the deadline or on cancel), returning `GaveUp`
+    /// with that prefix.
+    pub known_invalid: Option<u64>,
 }
 
 pub(crate) struct SearchStats {
@@ -55,8 +81,6 @@ pub(crate) struct SearchStats {
 const NIL: u32 = u32::MAX;
 /// Ops per partition that u32 node and op indices can address.
 pub(crate) const MAX_PARTITION: usize = (u32::MAX / 2 - 2) as usize;
-/// Memo entries with the same returned-op part compared per lookup.
-const CHAIN_BUDGET: u32 = 8;
 
 #[inline]
 fn splitmix(mut x: u64) -> u64 {
@@ -77,180 +101,6 @@ fn state_hash<S: Hash>(s: &S) -> u64 {
     h.finish()
 }
 
-struct Entry<S> {
-    hash: u64,
-    state: S,
-    p: u32,
-    off: u32,
-    len: u32,
-    /// Set of never-returned ops linearized so far (id in `DSets`).
-    d: u32,
-    /// Next entry with the same (p, window bits, state), or NIL.
-    next: u32,
-}
-
-/// Hash-consed sets of linearized never-returned ops. They change only when
-/// such an op is linearized, so transitions are cached.
-struct DSets {
-    sets: Vec<Box<[u32]>>,
-    ids: rustc_hash::FxHashMap<Box<[u32]>, u32>,
-    trans: rustc_hash::FxHashMap<(u32, u32), u32>,
-}
-
-impl DSets {
-    fn new() -> DSets {
-        let mut ids = rustc_hash::FxHashMap::default();
-        ids.insert(Box::from([] as [u32; 0]), 0);
-        DSets {
-            sets: vec![Box::from([] as [u32; 0])],
-            ids,
-            trans: Default::default(),
-        }
-    }
-
-    fn add(&mut self, d: u32, q: u32) -> u32 {
-        if let Some(&t) = self.trans.get(&(d, q)) {
-            return t;
-        }
-        let mut v = self.sets[d as usize].to_vec();
-        let pos = v.partition_point(|&x| x < q);
-        v.insert(pos, q);
-        let id = match self.ids.get(v.as_slice()) {
-            Some(&id) => id,
-            None => {
-                let id = self.sets.len() as u32;
-                let b: Box<[u32]> = v.into();
-                self.ids.insert(b.clone(), id);
-                self.sets.push(b);
-                id
-            }
-        };
-        self.trans.insert((d, q), id);
-        id
-    }
-
-    /// Is set `a` a subset of set `b`?
-    fn subset(&self, a: u32, b: u32) -> bool {
-        if a == b || a == 0 {
-            return true;
-        }
-        let (x, y) = (&self.sets[a as usize], &self.sets[b as usize]);
-        if x.len() > y.len() {
-            return false;
-        }
-        let mut j = 0;
-        for &e in x.iter() {
-            while j < y.len() && y[j] < e {
-                j += 1;
-            }
-            if j == y.len() || y[j] != e {
-                return false;
-            }
-            j += 1;
-        }
-        true
-    }
-}
-
-/// Set of visited configurations. Window bitsets live in one arena, so an
-/// entry costs a few words plus the window.
-///
-/// Never-returned ops carry no obligation, so a configuration with fewer of
-/// them linearized (and otherwise equal) can do everything one with more
-/// can: a configuration is skipped if a visited one differs only by a subset
-/// of linearized never-returned ops. Without this the search is exponential
-/// in the number of concurrent never-returned writes.
-struct Memo<S> {
-    table: HashTable<u32>,
-    entries: Vec<Entry<S>>,
-    arena: Vec<u32>,
-    /// Configurations recorded by overwriting a dominated variant.
-    replaced: u64,
-}
-
-impl<S: Eq + Clone> Memo<S> {
-    /// A valid history visits about one configuration per op, so sizing
-    /// for that avoids most rehashing.
-    fn with_capacity(n: usize) -> Self {
-        Memo {
-            table: HashTable::with_capacity(n),
-            entries: Vec::with_capacity(n),
-            arena: Vec::with_capacity(n),
-            replaced: 0,
-        }
-    }
-
-    /// Returns true if the configuration is not dominated by a visited one
-    /// (and records it).
-    fn insert(&mut self, hash: u64, state: &S, p: u32, key: &[u32], d: u32, ds: &DSets) -> bool {
-        let entries = &self.entries;
-        let arena = &self.arena;
-        let found = self.table.find(hash, |&idx| {
-            let e = &entries[idx as usize];
-            e.hash == hash
-                && e.p == p
-                && e.len as usize == key.len()
-                && e.state == *state
-                && arena[e.off as usize..(e.off + e.len) as usize] == *key
-        });
-        let idx = self.entries.len() as u32;
-        if let Some(&head) = found {
-            // A variant that the new one dominates is overwritten rather than
-            // kept, so chains stay short antichains. The walk is still
-            // bounded: missing a dominating entry costs repeated work, never
-            // a wrong verdict.
-            let mut k = head;
-            let mut budget = CHAIN_BUDGET;
-            while k != NIL && budget > 0 {
-                let e = &self.entries[k as usize];
-                if ds.subset(e.d, d) {
-                    return false;
-                }
-                if ds.subset(d, e.d) {
-                    self.entries[k as usize].d = d;
-                    self.replaced += 1;
-                    return true;
-                }
-                k = e.next;
-                budget -= 1;
-            }
-            let h = &self.entries[head as usize];
-            let e = Entry {
-                hash,
-                state: state.clone(),
-                p,
-                off: h.off,
-                len: h.len,
-                d,
-                next: h.next,
-            };
-            self.entries.push(e);
-            self.entries[head as usize].next = idx;
-            return true;
-        }
-        let off = self.arena.len() as u32;
-        self.arena.extend_from_slice(key);
-        self.entries.push(Entry {
-            hash,
-            state: state.clone(),
-            p,
-            off,
-            len: key.len() as u32,
-            d,
-            next: NIL,
-        });
-        let entries = &self.entries;
-        self.table
-            .insert_unique(hash, idx, |&i| entries[i as usize].hash);
-        true
-    }
-
-    /// Configurations recorded (including overwritten variants).
-    fn len(&self) -> usize {
-        self.entries.len() + self.replaced as usize
-    }
-}
-
 struct Frame<S> {
     op: u32,
     prev_state: S,
@@ -262,178 +112,6 @@ struct Frame<S> {
     pass: u8,
     limit: u64,
     forced: bool,
-}
-
-/// Dense bitset with the few operations the search needs.
-struct Bits {
-    w: Vec<u64>,
-}
-
-impl Bits {
-    fn new(n: usize) -> Bits {
-        Bits {
-            w: vec![0; n / 64 + 2],
-        }
-    }
-    #[inline]
-    fn set(&mut self, i: u32) {
-        self.w[(i >> 6) as usize] |= 1u64 << (i & 63);
-    }
-    #[inline]
-    fn clear(&mut self, i: u32) {
-        self.w[(i >> 6) as usize] &= !(1u64 << (i & 63));
-    }
-    /// First index >= from whose bit is clear.
-    #[inline]
-    fn next_zero(&self, from: u32) -> u32 {
-        let mut wi = (from >> 6) as usize;
-        let mut word = !self.w[wi] & (!0u64 << (from & 63));
-        loop {
-            if word != 0 {
-                return (wi as u32) * 64 + word.trailing_zeros();
-            }
-            wi += 1;
-            word = !self.w[wi];
-        }
-    }
-    /// First index in `from..end` whose bit is set, or `end`.
-    #[inline]
-    fn next_one(&self, from: u32, end: u32) -> u32 {
-        if from >= end {
-            return end;
-        }
-        let mut wi = (from >> 6) as usize;
-        let mut word = self.w[wi] & (!0u64 << (from & 63));
-        loop {
-            if word != 0 {
-                return ((wi as u32) * 64 + word.trailing_zeros()).min(end);
-            }
-            wi += 1;
-            if wi >= self.w.len() || (wi as u32) * 64 >= end {
-                return end;
-            }
-            word = self.w[wi];
-        }
-    }
-    /// 32 bits starting at `pos`.
-    #[inline]
-    fn get32(&self, pos: u32) -> u32 {
-        let wi = (pos >> 6) as usize;
-        let b = pos & 63;
-        let mut v = self.w[wi] >> b;
-        if b > 32 {
-            v |= self.w[wi + 1] << (64 - b);
-        }
-        v as u32
-    }
-}
-
-/// Tracks values that some remaining completed op needs to read but that are
-/// neither current nor producible by any remaining op: such a configuration
-/// is a dead end however the search continues, so it is cut at once instead
-/// of being discovered when the reader is reached (which made early-placed,
-/// silently overwritten writes cost time quadratic in their latency).
-struct Pruner {
-    enabled: bool,
-    need: Vec<u32>,
-    prod: Vec<u32>,
-    dead: u32,
-}
-
-impl Pruner {
-    #[inline]
-    fn is_dead(&self, v: u32, cur: Option<u32>) -> bool {
-        self.need[v as usize] > 0 && self.prod[v as usize] == 0 && cur != Some(v)
-    }
-
-    /// Removes (`add == false`) or restores an op's need/produce counts while
-    /// the current value goes from `from` to `to`, keeping `dead` exact.
-    #[inline]
-    fn apply(
-        &mut self,
-        need: Option<u32>,
-        prod: Option<u32>,
-        from: Option<u32>,
-        to: Option<u32>,
-        add: bool,
-    ) {
-        if !self.enabled {
-            return;
-        }
-        let mut vs = [u32::MAX; 4];
-        let mut k = 0;
-        for v in [need, prod, from, to].into_iter().flatten() {
-            if !vs[..k].contains(&v) {
-                vs[k] = v;
-                k += 1;
-            }
-        }
-        for &v in &vs[..k] {
-            if self.is_dead(v, from) {
-                self.dead -= 1;
-            }
-        }
-        if let Some(v) = need {
-            let c = &mut self.need[v as usize];
-            *c = if add { *c + 1 } else { *c - 1 };
-        }
-        if let Some(v) = prod {
-            let c = &mut self.prod[v as usize];
-            *c = if add { *c + 1 } else { *c - 1 };
-        }
-        for &v in &vs[..k] {
-            if self.is_dead(v, to) {
-                self.dead += 1;
-            }
-        }
-    }
-}
-
-/// The monotone counterpart of `Pruner`: ops that need a never-decreasing
-/// state bound (the fencing max token) to be at most some value. Once the
-/// bound exceeds the smallest such need among remaining completed ops, the
-/// configuration is a dead end.
-struct Bounds {
-    /// Rank of each op's needed bound, `u32::MAX` if none.
-    rank: Vec<u32>,
-    vals: Vec<i64>,
-    cnt: Vec<u32>,
-    nonzero: Bits,
-    minr: u32,
-}
-
-impl Bounds {
-    #[inline]
-    fn remove(&mut self, i: u32) {
-        let r = self.rank[i as usize];
-        if r == u32::MAX {
-            return;
-        }
-        self.cnt[r as usize] -= 1;
-        if self.cnt[r as usize] == 0 {
-            self.nonzero.clear(r);
-            if r == self.minr {
-                self.minr = self.nonzero.next_one(r, self.vals.len() as u32);
-            }
-        }
-    }
-    #[inline]
-    fn restore(&mut self, i: u32) {
-        let r = self.rank[i as usize];
-        if r == u32::MAX {
-            return;
-        }
-        self.cnt[r as usize] += 1;
-        self.nonzero.set(r);
-        self.minr = self.minr.min(r);
-    }
-    #[inline]
-    fn dead(&self, bound: Option<i64>) -> bool {
-        match (bound, self.vals.get(self.minr as usize)) {
-            (Some(b), Some(&need)) => b > need,
-            _ => false,
-        }
-    }
 }
 
 struct Links {
@@ -502,8 +180,7 @@ pub(crate) fn search<M: SeqModel>(
     model: &M,
     ops: &[Prepared<M::Input>],
     values: &Interner,
-    deadline: Option<Instant>,
-    cancel: &AtomicBool,
+    limits: &Limits,
 ) -> (Outcome<M::State>, SearchStats) {
     let n = ops.len();
     debug_assert!(n <= MAX_PARTITION);
@@ -704,6 +381,8 @@ pub(crate) fn search<M: SeqModel>(
 
     let mut best: Vec<u32> = Vec::new();
     let mut best_state = state.clone();
+    // Configurations visited when `best` last grew.
+    let mut visited_at_best = 0u64;
     let mut stable = 0usize;
 
     limit = first_return(&links, head_c, &node_is_call, &node_op, ops);
@@ -721,13 +400,21 @@ pub(crate) fn search<M: SeqModel>(
     'outer: loop {
         iter += 1;
         if iter & 0xFFF == 0 {
-            if cancel.load(Ordering::Relaxed) {
-                return (Outcome::Unknown, stats!());
-            }
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return (Outcome::Unknown, stats!());
-                }
+            let out_of_patience = limits
+                .known_invalid
+                .is_some_and(|p| memo.len() as u64 > p + visited_at_best);
+            let out_of_time = limits.cancel.load(Ordering::Relaxed)
+                || limits.deadline.is_some_and(|d| Instant::now() >= d);
+            if out_of_patience || out_of_time {
+                let outcome = if limits.known_invalid.is_some() {
+                    Outcome::GaveUp {
+                        best,
+                        state: best_state,
+                    }
+                } else {
+                    Outcome::Unknown
+                };
+                return (outcome, stats!());
             }
         }
         if lin_completed == completed {
@@ -875,6 +562,7 @@ pub(crate) fn search<M: SeqModel>(
                         best.extend(stack[stable..].iter().map(|f| f.op));
                         stable = stack.len();
                         best_state = state.clone();
+                        visited_at_best = memo.len() as u64;
                     }
                     limit = first_return(&links, head_c, &node_is_call, &node_op, ops);
                     node = links.next[head_p as usize];

@@ -9,18 +9,27 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub mod findings;
 pub mod html;
 pub mod timeline;
+pub use findings::{
+    Findings, GrantValidity, LateGrant, TokenCheck, TokenPair, UnsafeHold, UnsafeWindow,
+};
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+fn default_service() -> String {
+    "etcd".into()
+}
 
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Validity {
     Valid,
     Invalid,
+    #[default]
     Unknown,
 }
 
@@ -73,10 +82,18 @@ pub struct Report {
     pub run: RunInfo,
     /// Did every expectation hold? Decides the exit code (0 or 1).
     pub passed: bool,
+    /// Set when the run never reached its end (killed or interrupted: no heal
+    /// phase, no final reads); such a run never passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     pub expectations: Vec<Expectation>,
     pub checks: Checks,
     /// Fault windows as the nemesis recorded them.
     pub faults: Vec<FaultWindow>,
+    /// Grant validity and unsafe windows, from the harness's own observation of
+    /// the service (schema 2).
+    #[serde(default)]
+    pub findings: Findings,
     pub stats: Stats,
     /// Non-fatal problems met while reading the recorded files (torn lines, …).
     pub problems: Vec<String>,
@@ -95,7 +112,16 @@ pub struct RunInfo {
     pub duration_s: f64,
     pub backend: String,
     pub backend_reason: String,
+    /// The lock service under test ("etcd", "zookeeper"); absent in schema 1.
+    #[serde(default = "default_service")]
+    pub service: String,
+    /// The service version that ran, e.g. "3.5.1"; absent in schema 1.
+    #[serde(default)]
+    pub service_version: String,
+    /// etcd runs only: the same as `service_version` (kept for schema-1 readers).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub etcd_version: String,
+    /// Members of the lock service (the name is schema 1's).
     pub etcd_members: u8,
     pub workers: u32,
     pub keys: u32,
@@ -133,6 +159,10 @@ pub struct Checks {
     pub counter: CounterCheck,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linearizable: Option<LinearizableCheck>,
+    /// The token the clients sent, judged against the service's order of grants
+    /// (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenCheck>,
 }
 
 /// One write as the storage logged it, with who sent it.

@@ -291,7 +291,8 @@ fn suite() -> Vec<SuiteEntry> {
             elapsed_s: 24.5,
             report_html: "pause-2026/report.html".into(),
             seed: 7,
-            etcd_version: "3.5.1".into(),
+            service: "etcd".into(),
+            version: "3.5.1".into(),
         },
         SuiteEntry {
             scenario: "no-fencing <x>".into(),
@@ -300,7 +301,8 @@ fn suite() -> Vec<SuiteEntry> {
             elapsed_s: 21.0,
             report_html: "no-fencing-2026/report.html".into(),
             seed: 8,
-            etcd_version: "3.4.23".into(),
+            service: "etcd".into(),
+            version: "3.4.23".into(),
         },
     ]
 }

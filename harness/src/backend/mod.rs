@@ -1,6 +1,7 @@
-//! Where etcd and the storage run. Both backends hand the rest of the run the same
-//! plain [`Deployment`]: addresses to connect to (or to put proxies in front of),
-//! and facts for the report. The nemesis reaches processes through [`Backend`].
+//! Where the lock service and the storage run. Both backends hand the rest of the
+//! run the same plain [`Deployment`]: addresses to connect to (or to put proxies in
+//! front of), and facts for the report. The nemesis reaches processes through
+//! [`Backend`].
 
 pub mod docker;
 pub mod process;
@@ -11,31 +12,24 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use faultproxy::Proxy;
 
-use crate::scenario::{BackendKind, Scenario};
+use crate::scenario::{BackendKind, Scenario, ServiceKind};
 
 /// What the run needs to know about the started services.
 #[derive(Clone)]
 pub struct Deployment {
-    /// Client address of each etcd member, reached directly (harness, nemesis).
-    pub etcd_clients: Vec<SocketAddr>,
+    pub service: ServiceKind,
+    /// Client address of each member, reached directly (harness, nemesis).
+    pub clients: Vec<SocketAddr>,
     /// The storage service, reached directly.
     pub storage: SocketAddr,
-    /// The proxy in front of each member's peer port.
-    pub peer_proxies: Vec<Proxy>,
-    /// The etcd version actually running, e.g. "3.5.1".
-    pub etcd_version: String,
+    /// `peer_proxies[m]`: the proxies in front of member `m`'s peer ports (every
+    /// link into it); empty where the backend has none (docker).
+    pub peer_proxies: Vec<Vec<Proxy>>,
+    /// The service version actually running, e.g. "3.5.1".
+    pub version: String,
     /// Which backend ran, and why (for `auto`).
     pub backend: String,
     pub backend_reason: String,
-}
-
-impl Deployment {
-    pub fn etcd_endpoints(&self) -> Vec<String> {
-        self.etcd_clients
-            .iter()
-            .map(|a| format!("http://{a}"))
-            .collect()
-    }
 }
 
 /// A service the nemesis can freeze.
@@ -43,6 +37,17 @@ impl Deployment {
 pub enum Service {
     Member(usize),
     Storage,
+}
+
+/// Which backend `kind` means here: `auto` is docker when an engine answers.
+pub async fn resolve(kind: BackendKind) -> BackendKind {
+    match kind {
+        BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
+            Ok(_) => BackendKind::Docker,
+            Err(_) => BackendKind::Process,
+        },
+        k => k,
+    }
 }
 
 /// The running services of one run. Stopping is explicit (`stop`) and also happens

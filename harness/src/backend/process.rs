@@ -1,42 +1,41 @@
-//! The `process` backend: etcd members and the storage as local processes, each
-//! member on its own loopback address, data and logs inside the run directory.
+//! The `process` backend: the lock service's members and the storage as local
+//! processes, each member on its own loopback address, data and logs inside the
+//! run directory. What the command lines are is the service's business
+//! (`ServiceDeploy::process_plan`); starting, freezing, killing and restarting
+//! them is this backend's.
 //!
-//! Members reach each other through a fault proxy in front of every member's peer
-//! port: the proxy's address is what the member advertises as its peer URL, so all
-//! traffic into a member crosses its proxy and the nemesis can delay or cut it.
+//! Members reach each other through a fault proxy in front of every peer port of
+//! every member: the proxy's address is what the member advertises to its peers,
+//! so all traffic into a member crosses its proxies and the nemesis can delay or
+//! cut it.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use faultproxy::Proxy;
-
-use std::collections::HashSet;
-
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::{Deployment, Service};
-use crate::etcd;
-use crate::proc::{free_port, poll_until, spawn, Child};
+use crate::proc::{free_port, spawn, wait_http_healthy, Child};
 use crate::scenario::Scenario;
+use crate::service::{self, MemberAddrs, PeerPort, ProcessMember};
 
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 const STORAGE_HOST: &str = "127.0.0.1";
 
-pub struct Member {
-    pub name: String,
-    pub client: SocketAddr,
-    cmd_args: Vec<String>,
-    log: PathBuf,
+struct Member {
+    spec: ProcessMember,
     child: Option<Child>,
 }
 
 pub struct ProcessBackend {
-    etcd_bin: PathBuf,
-    pub members: Vec<Member>,
+    members: Vec<Member>,
     storage: Option<Child>,
+    /// Every peer proxy of every member.
     peer_proxies: Vec<Proxy>,
     /// Pids frozen by `pause` and not yet resumed.
     paused: HashSet<u32>,
@@ -46,117 +45,96 @@ fn member_ip(i: usize) -> String {
     format!("127.0.1.{}", i + 1)
 }
 
+/// Client address, and a real address plus a proxy in front of it for each peer
+/// port, for each member.
+async fn member_addresses(
+    n: usize,
+    peer_ports: usize,
+) -> Result<(Vec<MemberAddrs>, Vec<Vec<Proxy>>)> {
+    let mut addrs = Vec::new();
+    let mut proxies = Vec::new();
+    for i in 0..n {
+        let ip = member_ip(i);
+        let client = SocketAddr::new(ip.parse()?, free_port(&ip)?);
+        let mut peers = Vec::new();
+        let mut mine = Vec::new();
+        for _ in 0..peer_ports {
+            let listen = SocketAddr::new(ip.parse()?, free_port(&ip)?);
+            let front: SocketAddr = format!("127.0.2.{}:0", i + 1).parse()?;
+            let p = Proxy::start(front, listen).await.context("peer proxy")?;
+            peers.push(PeerPort {
+                listen,
+                advertise: p.local_addr(),
+            });
+            mine.push(p);
+        }
+        addrs.push(MemberAddrs { client, peers });
+        proxies.push(mine);
+    }
+    Ok((addrs, proxies))
+}
+
 impl ProcessBackend {
     pub async fn start(
         scenario: &Scenario,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(ProcessBackend, Deployment)> {
-        let want = scenario.cluster.etcd;
-        let bin = tokio::task::block_in_place(|| etcd::find_or_provision(want, say))?;
-        let n = scenario.cluster.etcd_members.0 as usize;
-        say(&format!(
-            "starting {n} etcd {} member(s) ({}) and the storage service",
-            bin.version,
-            bin.path.display()
-        ));
-
+        let svc = scenario.lock.service;
+        let deploy = service::deploy(scenario, say)?;
+        let n = scenario.cluster.members.0 as usize;
         // Ports and peer proxies first: every member must know every advertised URL.
-        let mut clients = Vec::new();
-        let mut peer_listen = Vec::new();
-        let mut peer_proxies = Vec::new();
-        for i in 0..n {
-            let ip = member_ip(i);
-            clients.push(SocketAddr::new(ip.parse()?, free_port(&ip)?));
-            let real: SocketAddr = SocketAddr::new(ip.parse()?, free_port(&ip)?);
-            let front: SocketAddr = format!("127.0.2.{}:0", i + 1).parse()?;
-            peer_proxies.push(Proxy::start(front, real).await.context("peer proxy")?);
-            peer_listen.push(real);
-        }
-        let initial_cluster = peer_proxies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("m{i}=http://{}", p.local_addr()))
-            .collect::<Vec<_>>()
-            .join(",");
+        let (addrs, proxies) = member_addresses(n, deploy.peer_ports()).await?;
+        let plan = deploy.process_plan(scenario, run_dir, &addrs)?;
+        say(&format!(
+            "starting {n} {svc} {} member(s) and the storage service",
+            plan.version
+        ));
         let mut backend = ProcessBackend {
-            etcd_bin: bin.path.clone(),
             members: Vec::new(),
             storage: None,
-            peer_proxies: peer_proxies.clone(),
+            peer_proxies: proxies.iter().flatten().cloned().collect(),
             paused: HashSet::new(),
         };
-        for i in 0..n {
-            let client_url = format!("http://{}", clients[i]);
-            let args = vec![
-                "--name".into(),
-                format!("m{i}"),
-                "--data-dir".into(),
-                run_dir.join(format!("etcd-{i}.data")).display().to_string(),
-                "--listen-client-urls".into(),
-                client_url.clone(),
-                "--advertise-client-urls".into(),
-                client_url,
-                "--listen-peer-urls".into(),
-                format!("http://{}", peer_listen[i]),
-                "--initial-advertise-peer-urls".into(),
-                format!("http://{}", peer_proxies[i].local_addr()),
-                "--initial-cluster".into(),
-                initial_cluster.clone(),
-                "--initial-cluster-state".into(),
-                "new".into(),
-                "--initial-cluster-token".into(),
-                "fencecheck".into(),
-                "--logger".into(),
-                "zap".into(),
-            ];
-            let mut m = Member {
-                name: format!("m{i}"),
-                client: clients[i],
-                cmd_args: args,
-                log: run_dir.join(format!("etcd-{i}.log")),
-                child: None,
-            };
-            if let Err(e) = spawn_member(&backend.etcd_bin, &mut m) {
+        for spec in plan.members {
+            let mut m = Member { spec, child: None };
+            if let Err(e) = spawn_member(&mut m) {
                 backend.stop().await;
                 return Err(e);
             }
             backend.members.push(m);
         }
-
-        let storage_port = free_port(STORAGE_HOST)?;
-        let storage_addr: SocketAddr = format!("{STORAGE_HOST}:{storage_port}").parse()?;
-        let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
-        let mut cmd = std::process::Command::new(exe);
-        cmd.arg("storage")
-            .arg("--listen")
-            .arg(storage_addr.to_string())
-            .arg("--log")
-            .arg(run_dir.join("storage.jsonl"))
-            .arg("--fencing")
-            .arg(scenario.storage.fencing.as_str());
-        backend.storage = Some(spawn("storage", cmd, &run_dir.join("storage.log"))?);
-
-        for (i, &client) in clients.iter().enumerate() {
-            let what = format!("etcd at {client}");
-            if let Err(e) = wait_healthy(&what, client, READY_DEADLINE).await {
+        let storage_addr = match start_storage(scenario, run_dir) {
+            Ok((addr, child)) => {
+                backend.storage = Some(child);
+                addr
+            }
+            Err(e) => {
                 backend.stop().await;
-                return Err(e.context(format!(
-                    "see {}",
-                    run_dir.join(format!("etcd-{i}.log")).display()
-                )));
+                return Err(e);
+            }
+        };
+        for (i, a) in addrs.iter().enumerate() {
+            let what = format!("{svc} member {i} at {}", a.client);
+            if let Err(e) = service::wait_ready(svc, &what, a.client, READY_DEADLINE).await {
+                let log = backend.members[i].spec.log.display().to_string();
+                backend.stop().await;
+                return Err(e.context(format!("see {log}")));
             }
         }
-        let ready = wait_healthy("storage", storage_addr, READY_DEADLINE).await;
-        if let Err(e) = ready {
+        if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
             backend.stop().await;
-            return Err(e.context(format!("see {}", run_dir.join("storage.log").display())));
+            return Err(e.context(format!(
+                "see {}",
+                run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
+            )));
         }
         let deployment = Deployment {
-            etcd_clients: clients,
+            service: svc,
+            clients: addrs.iter().map(|a| a.client).collect(),
             storage: storage_addr,
-            peer_proxies,
-            etcd_version: bin.version.clone(),
+            peer_proxies: proxies,
+            version: plan.version,
             backend: "process".into(),
             backend_reason: String::new(),
         };
@@ -188,7 +166,7 @@ impl ProcessBackend {
         Ok(())
     }
 
-    /// SIGKILLs member `i` (its data dir stays).
+    /// SIGKILLs member `i` (its data stays).
     pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         let m = self.members.get_mut(i).context("no such member")?;
         let mut c = m.child.take().context("member is not running")?;
@@ -198,12 +176,11 @@ impl ProcessBackend {
         Ok(serde_json::json!({ "action": "SIGKILL", "pid": pid }))
     }
 
-    /// Starts member `i` again on its data dir (it rejoins the cluster).
+    /// Starts member `i` again on its data (it rejoins the cluster).
     pub async fn restart_member(&mut self, i: usize) -> Result<serde_json::Value> {
-        let bin = self.etcd_bin.clone();
         let m = self.members.get_mut(i).context("no such member")?;
         if m.child.is_none() {
-            spawn_member(&bin, m)?;
+            spawn_member(m)?;
         }
         let pid = m
             .child
@@ -241,16 +218,7 @@ impl ProcessBackend {
             p.shutdown().await;
         }
     }
-}
 
-fn spawn_member(bin: &Path, m: &mut Member) -> Result<()> {
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args(&m.cmd_args);
-    m.child = Some(spawn(&format!("etcd {}", m.name), cmd, &m.log)?);
-    Ok(())
-}
-
-impl ProcessBackend {
     /// Continues every paused process; returns their pids.
     fn heal_paused(&mut self) -> Vec<u32> {
         let pids: Vec<u32> = self.paused.drain().collect();
@@ -261,24 +229,33 @@ impl ProcessBackend {
     }
 }
 
-/// Polls `http://addr/health` until it answers healthy: etcd with
-/// `{"health":"true"}`, the storage with any 2xx.
-async fn wait_healthy(what: &str, addr: SocketAddr, deadline: Duration) -> Result<()> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()?;
-    let url = format!("http://{addr}/health");
-    poll_until(what, deadline, || {
-        let http = http.clone();
-        let url = url.clone();
-        async move {
-            let Ok(r) = http.get(&url).send().await else {
-                return false;
-            };
-            let ok = r.status().is_success();
-            let body = r.text().await.unwrap_or_default();
-            ok && (!body.contains("health") || body.contains("true"))
-        }
-    })
-    .await
+fn spawn_member(m: &mut Member) -> Result<()> {
+    let mut cmd = std::process::Command::new(&m.spec.program);
+    cmd.args(&m.spec.args);
+    for (k, v) in &m.spec.env {
+        cmd.env(k, v);
+    }
+    m.child = Some(spawn(&m.spec.name, cmd, &m.spec.log)?);
+    Ok(())
+}
+
+/// The storage service: this binary's hidden `storage` subcommand.
+fn start_storage(scenario: &Scenario, run_dir: &Path) -> Result<(SocketAddr, Child)> {
+    let port = free_port(STORAGE_HOST)?;
+    let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
+    let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("storage")
+        .arg("--listen")
+        .arg(addr.to_string())
+        .arg("--log")
+        .arg(run_dir.join(crate::rundir::STORAGE_LOG))
+        .arg("--fencing")
+        .arg(scenario.storage.fencing.as_str());
+    let child = spawn(
+        "storage",
+        cmd,
+        &run_dir.join(crate::rundir::STORAGE_PROCESS_LOG),
+    )?;
+    Ok((addr, child))
 }

@@ -120,7 +120,7 @@ fn acquired_at(rec: &Recorded, client: &str, revision: i64) -> Option<u64> {
         .find(|e| {
             e.f == F::Acquire
                 && e.kind == EventType::Ok
-                && e.revision == Some(revision)
+                && e.grant == Some(revision)
                 && e.process.worker().map(|w| w.to_string()).as_deref() == Some(client)
         })
         .map(|e| e.time_ns)

@@ -4,8 +4,10 @@
 
 pub mod counter;
 pub mod fencing;
+pub mod findings;
 pub mod linearizable;
 pub mod mutex;
+pub mod token;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, Validity};
 use fencecheck_storage::LogRecord;
@@ -18,6 +20,9 @@ pub struct Recorded {
     pub events: Vec<Event>,
     pub storage: Vec<LogRecord>,
     pub faults: Vec<FaultWindow>,
+    /// What the harness observed of the lock service (`None` for runs written
+    /// before it did).
+    pub observations: Option<Vec<crate::service::observe::Observation>>,
 }
 
 impl Recorded {
@@ -27,6 +32,7 @@ impl Recorded {
             events,
             storage,
             faults,
+            observations: None,
         }
     }
 
@@ -96,6 +102,7 @@ pub fn run_all(rec: &Recorded, storage_fencing: crate::scenario::Fencing) -> Che
         mutex: mutex::check(rec),
         counter: counter::check(rec),
         linearizable: Some(linearizable::check(rec, storage_fencing)),
+        token: Some(token::check(rec)),
     }
 }
 

@@ -35,8 +35,8 @@ pub fn holds(rec: &Recorded) -> Vec<Hold> {
                     Hold {
                         worker: w,
                         key: e.key.clone().unwrap_or_default(),
-                        revision: e.revision,
-                        lease: e.lease,
+                        revision: e.grant,
+                        lease: e.session,
                         start_ns: e.time_ns,
                         end_ns: e.time_ns,
                         released: false,
@@ -114,7 +114,7 @@ mod tests {
         let mut e = Event::new(Process::Worker(w), kind, f);
         e.time_ns = t;
         e.key = Some("k0".into());
-        e.revision = rev;
+        e.grant = rev;
         e
     }
 

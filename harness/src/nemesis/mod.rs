@@ -3,19 +3,17 @@
 //! `fail` when it could not be done), each pair sharing a `fault_id`.
 
 pub mod kill;
-pub mod lease;
 pub mod net;
 pub mod pause;
 pub mod schedule;
+pub mod session;
 mod target;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::Result;
-use etcd_client::Client;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -23,13 +21,16 @@ use crate::backend::Backend;
 use crate::history::{Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
 use crate::scenario::FaultKind;
+use crate::service::LockService;
 pub use schedule::{plan, Planned};
 pub use target::{Resolved, Victim};
 
 /// What the nemesis can reach.
 pub struct World {
-    /// Direct etcd endpoints (never through the fault proxies).
-    pub etcd_endpoints: Vec<String>,
+    /// The lock service, reached directly (never through the fault proxies).
+    pub service: Arc<dyn LockService>,
+    /// How many members it has.
+    pub members: usize,
     /// Worker id → pid.
     pub workers: HashMap<u32, u32>,
     pub backend: Arc<tokio::sync::Mutex<Backend>>,
@@ -37,7 +38,6 @@ pub struct World {
 }
 
 pub struct Nemesis {
-    etcd: Client,
     world: World,
     log: Mutex<EventWriter>,
     rng: Mutex<ChaCha8Rng>,
@@ -46,14 +46,8 @@ pub struct Nemesis {
 }
 
 impl Nemesis {
-    pub async fn new(world: World, events: &Path, seed: u64) -> Result<Arc<Nemesis>> {
-        let etcd = Client::connect(
-            &world.etcd_endpoints,
-            Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2))),
-        )
-        .await?;
+    pub fn new(world: World, events: &Path, seed: u64) -> Result<Arc<Nemesis>> {
         Ok(Arc::new(Nemesis {
-            etcd,
             world,
             log: Mutex::new(EventWriter::create(events)?),
             // Target choices use their own stream, so they do not shift the schedule.
@@ -81,6 +75,7 @@ impl Nemesis {
         let f = match p.kind {
             FaultKind::Pause => F::Pause,
             FaultKind::RevokeLease => F::RevokeLease,
+            FaultKind::ExpireSession => F::ExpireSession,
             FaultKind::Delay => F::Delay,
             FaultKind::Partition => F::Partition,
             FaultKind::Kill => F::Kill,
@@ -99,7 +94,9 @@ impl Nemesis {
         };
         match p.kind {
             FaultKind::Pause => pause::run(self, p, &resolved).await,
-            FaultKind::RevokeLease => lease::revoke(self, p, &resolved).await,
+            FaultKind::RevokeLease | FaultKind::ExpireSession => {
+                session::expire(self, p, &resolved, f).await
+            }
             FaultKind::Delay | FaultKind::Partition => net::run(self, p, &resolved).await,
             FaultKind::Kill => kill::run(self, p, &resolved).await,
         }

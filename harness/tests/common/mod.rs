@@ -138,6 +138,19 @@ pub fn assert_nothing_left(run_dir: &Path) {
     }
 }
 
+/// Waits (90 s at most) until the nemesis of the run in `out` has injected a fault.
+pub fn wait_for_first_fault(out: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
+        if nem.contains("\"invoke\"") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no fault injected in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Starts `fencecheck scenario` in the background, waits until the nemesis has
 /// injected its first fault, checks `during` on the live processes, sends SIGINT,
 /// and asserts the harness exits 2 leaving nothing behind, stopped or running.
@@ -160,15 +173,7 @@ pub fn interrupt_mid_fault(
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
-        if nem.contains("\"invoke\"") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no fault injected in time");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_first_fault(out);
     during(&processes_mentioning(&out.display().to_string()));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),

@@ -321,6 +321,13 @@
           }
         }
       }
+      // Unsafe windows: the holder's session had ended at the service.
+      g.fillStyle = '#d62728';
+      for (const u of (D.unsafe || [])) {
+        if (u[0] !== l || u[2] < va || u[1] > vb) continue;
+        const x0 = X(u[1]), x1 = Math.max(X(u[2]), x0 + 2);
+        g.fillRect(x0, y + LH - 6, x1 - x0, 3);
+      }
       // Ops. Acquires are waits for the lock, drawn as a thin line; the rest are marks,
       // one per op when there is room, else one worst-outcome bucket per pixel column.
       const lo = lowerBound(oS, oLane[l], oLane[l + 1], va - oMax[l]);
@@ -453,6 +460,9 @@
     return l < nLanes ? l : -2;
   }
   const kv = (k, v) => (v === null || v === undefined ? '' : ' <span class="k">' + esc(k) + '</span> ' + esc(v));
+  // Session ids (etcd lease IDs are 64-bit) arrive as exact decimal strings or
+  // numbers; shown in hex, as etcdctl prints them.
+  const hexId = (v) => (v === null || v === undefined ? v : '0x' + BigInt(v).toString(16));
   function opTip(i) {
     const f = D.fnames[oF[i]], o = D.outcomes[oO[i]];
     let s = '<b>worker ' + esc(D.workers[oW[i]]) + ' · ' + esc(f) + '</b> → <b style="color:' + outCol(oO[i]) + '">' + esc(o) + '</b><br>';
@@ -463,13 +473,13 @@
     return s;
   }
   function holdTip(i) {
-    return '<b>worker ' + esc(D.workers[hW[i]]) + ' holds ' + esc(D.keys[HO.k[i]]) + '</b>' + kv('revision', HO.r[i]) + kv('lease', HO.l[i]) +
+    return '<b>worker ' + esc(D.workers[hW[i]]) + ' holds ' + esc(D.keys[HO.k[i]]) + '</b>' + kv('grant', HO.r[i]) + kv('session', hexId(HO.l[i])) +
       '<br><span class="k">acquired</span> ' + fmtT(hS[i], 1e6) + ' · <span class="k">' + (HO.rel[i] ? 'released' : 'never released; ends') + '</span> ' +
       fmtT(hE[i], 1e6) + ' (' + fmtDur(hE[i] - hS[i]) + ')';
   }
   function faultTip(f) {
     return '<b>fault #' + f.id + ' · ' + esc(f.kind) + ' → ' + esc(f.target) + '</b> (' + esc(f.outcome) + ')<br>' + esc(f.words) +
-      '<br><span class="k">detail</span> ' + esc(JSON.stringify(f.detail));
+      '<br><span class="k">detail</span> ' + esc(JSON.stringify(f.detail, (k, v) => ((k === 'lease' || k === 'session') && (typeof v === 'string' || typeof v === 'number') ? hexId(v) : v)));
   }
   function hitTest(x, y) {
     const l = laneAt(y);

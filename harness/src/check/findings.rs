@@ -1,0 +1,249 @@
+//! The two findings, judged against what the harness observed of the service
+//! (`service.jsonl`): when each session ended there. Clients are compared with
+//! that, never trusted for it.
+//!
+//! - grant validity: an acquisition the service answered ("granted") after the
+//!   session it was made under had already ended at the service;
+//! - unsafe window: a hold whose session ended while the holder went on; the
+//!   window runs from the end to the holder's last storage operation of that hold
+//!   (as the storage logged it), and counts what the fence did with them.
+
+use std::collections::HashMap;
+
+use fencecheck_reports::{Findings, GrantValidity, LateGrant, UnsafeHold, UnsafeWindow};
+use fencecheck_storage::{OpKind, Verdict};
+
+use super::Recorded;
+use crate::history::{EventType, F};
+use crate::service::observe::Observation;
+
+const MAX_EXAMPLES: usize = 50;
+const MAX_WINDOWS: usize = 200;
+
+pub fn check(rec: &Recorded) -> Findings {
+    let Some(obs) = &rec.observations else {
+        return Findings::default();
+    };
+    let ended = session_ends(obs);
+    Findings {
+        observed: true,
+        observation_gaps: obs
+            .iter()
+            .filter(|o| matches!(o, Observation::Gap { .. }))
+            .count() as u64,
+        grant_validity: grant_validity(rec, &ended),
+        unsafe_window: unsafe_window(rec, &ended),
+    }
+}
+
+/// Session → when the service ended it (first observation).
+fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
+    let mut out = HashMap::new();
+    for o in obs {
+        if let Observation::SessionEnded {
+            time_ns, session, ..
+        } = o
+        {
+            out.entry(*session).or_insert(*time_ns);
+        }
+    }
+    out
+}
+
+fn grant_validity(rec: &Recorded, ended: &HashMap<i64, u64>) -> GrantValidity {
+    let mut g = GrantValidity::default();
+    for e in rec.events.iter().filter(|e| e.f == F::Acquire) {
+        let told = match e.kind {
+            EventType::Ok => false,
+            EventType::Fail if told_granted(e) => true,
+            _ => continue,
+        };
+        let (Some(worker), Some(session)) = (e.process.worker(), e.session) else {
+            continue;
+        };
+        g.grants += 1;
+        let Some(&end) = ended.get(&session) else {
+            continue;
+        };
+        if end >= e.time_ns {
+            continue;
+        }
+        g.after_session_end += 1;
+        if told {
+            g.caught_by_client += 1;
+        }
+        if g.examples.len() < MAX_EXAMPLES {
+            g.examples.push(LateGrant {
+                worker,
+                key: e.key.clone().unwrap_or_default(),
+                grant: e.grant,
+                session,
+                session_ended_ns: end,
+                told_ns: e.time_ns,
+                caught_by_client: told,
+            });
+        }
+    }
+    g
+}
+
+/// Did the service answer "granted" to this failed acquisition (the client then
+/// found the grant gone)?
+fn told_granted(e: &crate::history::Event) -> bool {
+    e.detail
+        .as_ref()
+        .is_some_and(|d| d.get("told_granted").is_some())
+}
+
+fn unsafe_window(rec: &Recorded, ended: &HashMap<i64, u64>) -> UnsafeWindow {
+    let mut w = UnsafeWindow::default();
+    for h in super::mutex::holds(rec) {
+        let Some(session) = h.lease else { continue };
+        let Some(&end) = ended.get(&session) else {
+            continue;
+        };
+        if end < h.start_ns || end > h.end_ns {
+            continue;
+        }
+        let worker = h.worker.to_string();
+        let mut u = UnsafeHold {
+            worker: h.worker,
+            key: h.key.clone(),
+            grant: h.revision,
+            session,
+            hold_start_ns: h.start_ns,
+            session_ended_ns: end,
+            last_op_ns: end,
+            window_ms: 0.0,
+            reads: 0,
+            writes_refused: 0,
+            writes_accepted: 0,
+        };
+        // The hold's own storage operations after the end, as the storage logged them.
+        let ops = rec.storage.iter().filter(|r| {
+            r.request.client == worker
+                && r.request.key == h.key
+                && r.request.revision == h.revision
+                && r.time_ns > end
+        });
+        for r in ops {
+            u.last_op_ns = u.last_op_ns.max(r.time_ns);
+            match (r.request.op, r.verdict) {
+                (OpKind::Read, _) => u.reads += 1,
+                (OpKind::Write, Verdict::Accepted) => u.writes_accepted += 1,
+                (OpKind::Write, _) => u.writes_refused += 1,
+            }
+        }
+        u.window_ms = (u.last_op_ns - end) as f64 / 1e6;
+        w.holds += 1;
+        w.reads += u.reads;
+        w.writes_refused += u.writes_refused;
+        w.writes_accepted += u.writes_accepted;
+        w.windows.push(u);
+    }
+    w.windows
+        .sort_by(|a, b| b.window_ms.total_cmp(&a.window_ms));
+    let mut lens: Vec<f64> = w.windows.iter().map(|u| u.window_ms).collect();
+    lens.sort_by(f64::total_cmp);
+    w.p50_ms = percentile(&lens, 0.5);
+    w.p90_ms = percentile(&lens, 0.9);
+    w.max_ms = lens.last().copied().unwrap_or(0.0);
+    w.windows.truncate(MAX_WINDOWS);
+    w
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Event, Process};
+    use fencecheck_storage::{LogRecord, Request};
+
+    fn ev(t: u64, w: u32, kind: EventType, f: F, session: i64, grant: Option<i64>) -> Event {
+        let mut e = Event::new(Process::Worker(w), kind, f);
+        e.time_ns = t;
+        e.key = Some("k0".into());
+        e.session = Some(session);
+        e.grant = grant;
+        e
+    }
+
+    fn op(t: u64, w: u32, grant: i64, op: OpKind, verdict: Verdict) -> LogRecord {
+        LogRecord {
+            seq: t,
+            time_ns: t,
+            request: Request {
+                op,
+                key: "k0".into(),
+                val: None,
+                token: Some(grant),
+                revision: Some(grant),
+                lease: None,
+                client: w.to_string(),
+                request_id: t,
+            },
+            verdict,
+            token_before: None,
+            token_after: None,
+            value_before: None,
+            value_after: None,
+        }
+    }
+
+    #[test]
+    fn a_hold_outliving_its_session_has_a_window_and_late_grants_are_counted() {
+        let events = vec![
+            ev(10, 0, EventType::Invoke, F::Acquire, 1, None),
+            ev(20, 0, EventType::Ok, F::Acquire, 1, Some(5)),
+            // Session 1 ends at 100 (observed); worker 0 still writes at 150 and 180.
+            ev(200, 0, EventType::Invoke, F::Release, 1, Some(5)),
+            // Worker 1's grant is told at 300, after its session ended at 250.
+            ev(120, 1, EventType::Invoke, F::Acquire, 2, None),
+            ev(300, 1, EventType::Ok, F::Acquire, 2, Some(9)),
+            ev(400, 1, EventType::Invoke, F::Release, 2, Some(9)),
+        ];
+        let storage = vec![
+            op(50, 0, 5, OpKind::Read, Verdict::Ok),
+            op(150, 0, 5, OpKind::Read, Verdict::Ok),
+            op(180, 0, 5, OpKind::Write, Verdict::RejectedStale),
+        ];
+        let mut rec = Recorded::new(events, storage);
+        rec.observations = Some(vec![
+            Observation::SessionEnded {
+                time_ns: 100,
+                session: 1,
+                worker: Some(0),
+            },
+            Observation::SessionEnded {
+                time_ns: 250,
+                session: 2,
+                worker: Some(1),
+            },
+        ]);
+        let f = check(&rec);
+        assert!(f.observed);
+        assert_eq!(f.grant_validity.grants, 2);
+        assert_eq!(f.grant_validity.after_session_end, 1);
+        assert_eq!(f.grant_validity.examples[0].worker, 1);
+        assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
+        let u = &f.unsafe_window.windows[0];
+        assert_eq!((u.reads, u.writes_refused, u.writes_accepted), (1, 1, 0));
+        assert_eq!(u.last_op_ns, 180);
+        assert!((u.window_ms - 80e-6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_observations_there_are_no_findings() {
+        let rec = Recorded::new(Vec::new(), Vec::new());
+        let f = check(&rec);
+        assert!(!f.observed);
+        assert_eq!(f.unsafe_window.holds, 0);
+    }
+}

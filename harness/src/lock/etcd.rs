@@ -1,0 +1,225 @@
+//! etcd behind the lock-client seam: a session is a lease kept alive every TTL/3
+//! (as clientv3's `concurrency.Session`), a lock is the server's `Lock` RPC with
+//! that lease, and the grant is the lock key's CreateRevision, read right after
+//! `Lock` (a missing key means the lock was already lost: etcd 3.4 can answer
+//! `Lock` after the lease expired).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use etcd_client::{Client, ConnectOptions, LockOptions, PutOptions};
+use tokio::sync::watch;
+
+use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
+
+/// etcd key of the lock that guards storage key `key`.
+pub fn lock_name(key: &str) -> String {
+    format!("fencecheck/lock/{key}")
+}
+
+/// Prefix of every lock key.
+pub const LOCK_PREFIX: &str = "fencecheck/lock/";
+/// Prefix of the owner keys: `fencecheck/owner/<lease hex>` = "<worker> <pid>",
+/// attached to the lease, so it lives exactly as long as the session.
+pub const OWNER_PREFIX: &str = "fencecheck/owner/";
+
+pub fn owner_key(lease: i64) -> String {
+    format!("{OWNER_PREFIX}{lease:x}")
+}
+
+pub struct EtcdClient {
+    etcd: Client,
+    ttl: Duration,
+    worker: u32,
+    lease: Option<i64>,
+    keepalive: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EtcdClient {
+    pub async fn connect(cfg: &ClientConfig) -> Result<EtcdClient> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        let endpoints: Vec<String> = cfg
+            .endpoints
+            .iter()
+            .map(|e| format!("http://{e}"))
+            .collect();
+        let etcd = Client::connect(&endpoints, Some(opts))
+            .await
+            .context("cannot connect to etcd")?;
+        Ok(EtcdClient {
+            etcd,
+            ttl: cfg.ttl,
+            worker: cfg.worker,
+            lease: None,
+            keepalive: None,
+        })
+    }
+
+    fn stop_keepalive(&mut self) {
+        if let Some(k) = self.keepalive.take() {
+            k.abort();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LockClient for EtcdClient {
+    async fn open_session(&mut self) -> Result<Session> {
+        self.stop_keepalive();
+        let ttl_s = self.ttl.as_secs() as i64;
+        let grant = tokio::time::timeout(RPC_TIMEOUT, self.etcd.lease_grant(ttl_s, None))
+            .await
+            .context("lease grant timed out")??;
+        let lease = grant.id();
+        let owner = format!("{} {}", self.worker, std::process::id());
+        tokio::time::timeout(
+            RPC_TIMEOUT,
+            self.etcd.put(
+                owner_key(lease),
+                owner,
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+        )
+        .await
+        .context("owner put timed out")??;
+        let (tx, rx) = watch::channel(None);
+        self.keepalive = Some(tokio::spawn(keepalive(
+            self.etcd.clone(),
+            lease,
+            self.ttl / 3,
+            tx,
+        )));
+        self.lease = Some(lease);
+        Ok(Session {
+            id: lease,
+            lost: rx,
+        })
+    }
+
+    async fn acquire(&mut self, name: &str) -> Acquire {
+        let Some(lease) = self.lease else {
+            return Acquire::Failed {
+                error: "no session".into(),
+                session_gone: true,
+                told: None,
+            };
+        };
+        let lock_key = match self
+            .etcd
+            .lock(lock_name(name), Some(LockOptions::new().with_lease(lease)))
+            .await
+        {
+            Ok(resp) => resp.key().to_vec(),
+            Err(err) => {
+                return Acquire::Failed {
+                    error: format!("lock: {err}"),
+                    session_gone: true,
+                    told: None,
+                }
+            }
+        };
+        let id = String::from_utf8_lossy(&lock_key).into_owned();
+        // The grant is the lock key's CreateRevision; a missing key means the lock
+        // was already lost (etcd 3.4 can answer Lock after the lease expired).
+        let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key, None)).await;
+        match got {
+            Ok(Ok(r)) => match r.kvs().first() {
+                Some(kv) => Acquire::Granted(Granted {
+                    grant: kv.create_revision(),
+                    session: lease,
+                    id,
+                }),
+                None => Acquire::Failed {
+                    error: "lock key gone right after Lock: the lease had expired".into(),
+                    session_gone: true,
+                    told: Some(id),
+                },
+            },
+            Ok(Err(err)) => Acquire::Unknown {
+                error: format!("reading the lock key: {err}"),
+                id: Some(id),
+            },
+            Err(_) => Acquire::Unknown {
+                error: "reading the lock key timed out".into(),
+                id: Some(id),
+            },
+        }
+    }
+
+    async fn release(&mut self, g: &Granted) -> Result<()> {
+        tokio::time::timeout(RPC_TIMEOUT, self.etcd.unlock(g.id.as_bytes().to_vec()))
+            .await
+            .context("unlock timed out")?
+            .context("unlock")?;
+        Ok(())
+    }
+
+    async fn close_session(&mut self) {
+        self.stop_keepalive();
+        if let Some(lease) = self.lease.take() {
+            let _ = tokio::time::timeout(RPC_TIMEOUT, self.etcd.lease_revoke(lease)).await;
+        }
+    }
+}
+
+/// Keeps `lease` alive every `interval`, as etcd's clientv3 does: a failed
+/// keepalive is retried (a member may be restarting, a leader being elected) until
+/// the lease's TTL has run out since the last success; then, or at once when etcd
+/// answers TTL 0 (the lease is gone), it says why on `lost` and stops.
+async fn keepalive(
+    mut etcd: Client,
+    lease: i64,
+    interval: Duration,
+    lost: watch::Sender<Option<String>>,
+) {
+    let ttl = interval * 3;
+    let mut last_ok = tokio::time::Instant::now();
+    let reason = 'session: loop {
+        // Every wait is bounded by the lease's deadline: a hung stream must not
+        // outlive the lease unnoticed.
+        let opened = tokio::time::timeout_at(last_ok + ttl, etcd.lease_keep_alive(lease)).await;
+        let (mut keeper, mut stream) = match opened {
+            Err(_) => break "no keepalive answer within the TTL".to_string(),
+            Ok(Err(e)) => {
+                if last_ok.elapsed() >= ttl {
+                    break format!("keepalive stream: {e}; TTL ran out");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Ok(Ok(x)) => x,
+        };
+        loop {
+            let sent = tokio::time::timeout_at(last_ok + ttl, keeper.keep_alive()).await;
+            let answer = match sent {
+                Err(_) => break 'session "no keepalive answer within the TTL".to_string(),
+                Ok(Err(_)) => None,
+                Ok(Ok(())) => {
+                    let until = (last_ok + ttl).min(tokio::time::Instant::now() + interval);
+                    match tokio::time::timeout_at(until, stream.message()).await {
+                        Ok(Ok(Some(r))) => Some(r.ttl()),
+                        _ => None,
+                    }
+                }
+            };
+            match answer {
+                Some(t) if t <= 0 => {
+                    break 'session "lease expired (keepalive answered TTL 0)".to_string()
+                }
+                Some(_) => last_ok = tokio::time::Instant::now(),
+                None => {
+                    if last_ok.elapsed() >= ttl {
+                        break 'session "no keepalive answer within the TTL".to_string();
+                    }
+                    // Reopen the stream: the member behind it may be gone.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'session;
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    };
+    let _ = lost.send(Some(reason));
+}

@@ -1,0 +1,115 @@
+//! The lock-client seam, worker side: what a worker needs from a lock service,
+//! whatever the service. Each implementation sits beside the trait (`etcd`,
+//! `zookeeper`); the worker's read-modify-write loop and its recording
+//! (`crate::worker`) never see which one runs, as etcd robustness keeps recording
+//! out of its `Traffic` behind a `RecordingClient`.
+//!
+//! The client reports the grant's place in the **service's own order** (etcd: the
+//! lock key's CreateRevision; ZooKeeper: the lock znode's czxid). The token a worker
+//! sends to the storage is derived from it by the scenario's token mode
+//! ([`Granted::token`]); the checkers judge that token against the grant order.
+
+pub mod etcd;
+pub mod zookeeper;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::scenario::TokenMode;
+
+/// How a worker reaches its lock service: the service's client endpoints through
+/// the worker's own fault proxies, and the session TTL.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientConfig {
+    pub service: crate::scenario::ServiceKind,
+    /// `host:port` of every member, as this worker reaches it (through its proxies).
+    pub endpoints: Vec<String>,
+    pub ttl: Duration,
+    /// Worker id and pid, registered with the service so the harness can tell which
+    /// worker a session belongs to (etcd: an owner key on the lease; ZooKeeper: an
+    /// ephemeral owner node of the session).
+    pub worker: u32,
+}
+
+/// An open session: etcd a lease kept alive every TTL/3, ZooKeeper a session.
+pub struct Session {
+    pub id: i64,
+    /// Becomes `Some(reason)` once the client knows the session is lost
+    /// (keepalive failed, session expired). The worker records it as it happens.
+    pub lost: watch::Receiver<Option<String>>,
+}
+
+/// A lock held, as the client knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// The grant's place in the service's own order (etcd CreateRevision,
+    /// ZooKeeper czxid): grows with every grant, service-wide.
+    pub grant: i64,
+    /// The session the grant belongs to (etcd lease ID, ZooKeeper session id).
+    pub session: i64,
+    /// The grant's identity in the service, to release it (etcd lock key,
+    /// ZooKeeper znode path).
+    pub id: String,
+}
+
+impl Granted {
+    /// The fencing token the scenario says the client sends.
+    pub fn token(&self, mode: TokenMode) -> Option<i64> {
+        match mode {
+            TokenMode::Grant => Some(self.grant),
+            TokenMode::Session => Some(self.session),
+            TokenMode::None => None,
+        }
+    }
+}
+
+/// The outcome of one acquisition.
+#[derive(Debug)]
+pub enum Acquire {
+    Granted(Granted),
+    /// Known not held. `session_gone`: the session is lost and must be reopened.
+    /// `told`: the service did answer "granted" (with this identity), but the
+    /// client found the grant already gone (etcd 3.4 answers `Lock` after the lease
+    /// expired) — counted by the grant-validity finding.
+    Failed {
+        error: String,
+        session_gone: bool,
+        told: Option<String>,
+    },
+    /// Maybe held (e.g. granted but its grant could not be read): the caller lets go
+    /// of `id` if there is one and tries again.
+    Unknown {
+        error: String,
+        id: Option<String>,
+    },
+}
+
+/// A lock service client. Calls are bounded by their own timeouts, except
+/// `acquire`, which waits for the lock as long as the caller lets it (the caller
+/// drops the future at the end of the run).
+#[async_trait::async_trait]
+pub trait LockClient: Send {
+    /// Opens a new session (and whatever keeps it alive).
+    async fn open_session(&mut self) -> Result<Session>;
+    /// Waits for lock `name` under the current session.
+    async fn acquire(&mut self, name: &str) -> Acquire;
+    /// Lets go of a grant.
+    async fn release(&mut self, g: &Granted) -> Result<()>;
+    /// Ends the current session at the service (end of run), best effort.
+    async fn close_session(&mut self);
+}
+
+/// Connects the client for `cfg.service`.
+pub async fn connect(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
+    use crate::scenario::ServiceKind;
+    Ok(match cfg.service {
+        ServiceKind::Etcd => Box::new(etcd::EtcdClient::connect(cfg).await?),
+        ServiceKind::Zookeeper => Box::new(zookeeper::ZkClient::connect(cfg).await?),
+    })
+}
+
+/// Bounds an RPC: every call but `acquire` gives up after this.
+pub const RPC_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,0 +1,78 @@
+//! Finding a scenario file from what the user typed: a path that exists is used as
+//! it is; otherwise `pause`, `pause.toml` or `clients/x.toml` are looked up among
+//! the shipped scenarios (`scenarios/` under the current directory, then under the
+//! source tree this binary was built from), so the brief's `cargo run -- scenario
+//! pause.toml` works from the repository root.
+
+use std::path::{Path, PathBuf};
+
+use super::ScenarioError;
+
+/// Where shipped scenarios are looked for, in order.
+fn shipped_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("scenarios")];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("scenarios");
+    if src.is_dir() {
+        dirs.push(src);
+    }
+    dirs
+}
+
+pub fn locate(arg: &Path) -> Result<PathBuf, ScenarioError> {
+    if arg.exists() {
+        return Ok(arg.to_path_buf());
+    }
+    let with_ext = if arg.extension().is_some_and(|e| e == "toml") {
+        arg.to_path_buf()
+    } else {
+        arg.with_extension("toml")
+    };
+    for dir in shipped_dirs() {
+        let p = dir.join(&with_ext);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let names = shipped_names();
+    Err(ScenarioError {
+        file: arg.display().to_string(),
+        line: None,
+        message: if names.is_empty() {
+            "no such scenario file (and no shipped scenarios found)".into()
+        } else {
+            format!(
+                "no such scenario file; the shipped scenarios are: {}",
+                names.join(", ")
+            )
+        },
+    })
+}
+
+/// The shipped scenarios' names (relative to `scenarios/`, without `.toml`).
+pub fn shipped_names() -> Vec<String> {
+    let Some(dir) = shipped_dirs().into_iter().find(|d| d.is_dir()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    collect(&dir, &dir, &mut out);
+    out.sort();
+    out
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect(root, &p, out);
+        } else if p.extension().is_some_and(|x| x == "toml") {
+            if let Ok(rel) = p.with_extension("").strip_prefix(root) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+}

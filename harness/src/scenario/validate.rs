@@ -1,0 +1,336 @@
+//! The cross-field rules of a scenario, run after parsing; each error points at the
+//! line of the field it names. What a lock service or a backend cannot do is
+//! refused here too, from the capabilities they declare (`crate::service`), before
+//! anything starts.
+
+use std::time::Duration;
+
+use super::{
+    BackendKind, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind, Target,
+    TokenMode,
+};
+use crate::service::{self, Availability};
+
+pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
+    let err = |key: &str, message: String| ScenarioError {
+        file: file.to_string(),
+        line: line_of_key(text, key),
+        message,
+    };
+    if s.name.trim().is_empty() {
+        return Err(err("name", "`name` must not be empty".into()));
+    }
+    if s.duration < Duration::from_secs(1) {
+        return Err(err("duration", "`duration` must be at least 1s".into()));
+    }
+    service_rules(s, text, &err)?;
+    let w = &s.workload;
+    if w.workers == 0 || w.workers > 64 {
+        return Err(err(
+            "workers",
+            format!("workload.workers = {}: expected 1 to 64", w.workers),
+        ));
+    }
+    if w.keys == 0 || w.keys > 1000 {
+        return Err(err(
+            "keys",
+            format!("workload.keys = {}: expected 1 to 1000", w.keys),
+        ));
+    }
+    if w.ops_per_hold == 0 {
+        return Err(err(
+            "ops_per_hold",
+            "workload.ops_per_hold must be at least 1".into(),
+        ));
+    }
+    if s.storage.token.mode() == TokenMode::None && s.storage.fencing != Fencing::Off {
+        return Err(err(
+            "token",
+            "storage.token = \"none\" needs storage.fencing = \"off\" (nothing to compare)".into(),
+        ));
+    }
+    for i in 0..s.faults.len() {
+        fault_rules(s, i, text, file)?;
+    }
+    Ok(())
+}
+
+/// The service, its version, its TTL and its token names.
+fn service_rules(
+    s: &Scenario,
+    text: &str,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let svc = s.lock.service;
+    if let Some(v) = &s.cluster.version {
+        let ok = match svc {
+            ServiceKind::Etcd => v.parse::<EtcdVersion>().is_ok(),
+            ServiceKind::Zookeeper => v == "3.8",
+        };
+        if !ok {
+            let want = match svc {
+                ServiceKind::Etcd => "\"3.5\" or \"3.4\"",
+                ServiceKind::Zookeeper => "\"3.8\"",
+            };
+            // Point at whichever spelling the file uses (`etcd` in 0.1 scenarios).
+            let key = if line_of_key(text, "version").is_some() {
+                "version"
+            } else {
+                "etcd"
+            };
+            return Err(err(
+                key,
+                format!("cluster.version = {v:?} is not available for {svc}; expected {want}"),
+            ));
+        }
+    }
+    let ttl = s.lock.ttl;
+    match svc {
+        ServiceKind::Etcd => {
+            if ttl < Duration::from_secs(2) {
+                return Err(err(
+                    "ttl",
+                    format!(
+                        "lock.ttl = {}: etcd's minimum lease TTL is 2s (it would silently raise \
+                         it); expected at least \"2s\"",
+                        humantime::format_duration(ttl)
+                    ),
+                ));
+            }
+            if ttl.subsec_nanos() != 0 {
+                return Err(err(
+                    "ttl",
+                    "lock.ttl: etcd leases have whole-second TTLs; expected e.g. \"2s\"".into(),
+                ));
+            }
+        }
+        ServiceKind::Zookeeper => {
+            // tickTime is 1 s: ZooKeeper negotiates session timeouts into [2, 20] ticks.
+            if ttl < Duration::from_secs(2) || ttl > Duration::from_secs(20) {
+                return Err(err(
+                    "ttl",
+                    format!(
+                        "lock.ttl = {}: ZooKeeper (tickTime 1s) negotiates session timeouts \
+                         between 2s and 20s; expected a value in that range",
+                        humantime::format_duration(ttl)
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(owner) = s.storage.token.service() {
+        if owner != svc {
+            return Err(err(
+                "token",
+                format!(
+                    "storage.token = \"{}\" is {owner}'s; {svc} has no such token (expected \
+                     grant, session or none{})",
+                    s.storage.token.as_str(),
+                    match svc {
+                        ServiceKind::Etcd => ", or etcd's names revision and lease-id",
+                        ServiceKind::Zookeeper => ", or ZooKeeper's names czxid and session-id",
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), ScenarioError> {
+    let f = &s.faults[i];
+    let ferr = |key: &str, message: String| ScenarioError {
+        file: file.to_string(),
+        line: line_of_nth_table_key(text, "[[fault]]", i, key),
+        message: format!("fault #{} ({}): {message}", i + 1, f.kind),
+    };
+    match (f.at, f.every) {
+        (None, None) => return Err(ferr("kind", "needs `at` or `every`".into())),
+        (Some(_), Some(_)) => {
+            return Err(ferr("every", "has both `at` and `every`; pick one".into()))
+        }
+        (_, Some(e)) if e < Duration::from_millis(100) => {
+            return Err(ferr("every", "`every` must be at least 100ms".into()))
+        }
+        _ => {}
+    }
+    if f.jitter && f.every.is_none() {
+        return Err(ferr("jitter", "`jitter` only goes with `every`".into()));
+    }
+    let t = f.target;
+    let ok_target = match f.kind {
+        FaultKind::Pause => t.is_worker() || t.is_members() || t == Target::Storage,
+        FaultKind::RevokeLease | FaultKind::ExpireSession => {
+            matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
+        }
+        FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
+        FaultKind::Kill => t.is_members(),
+    };
+    if !ok_target {
+        let want = match f.kind {
+            FaultKind::Pause => {
+                "holder, random-worker, all-workers, worker:N, a member target (leader, \
+                 member:N, all-members, majority, minority, random-members) or storage"
+            }
+            FaultKind::RevokeLease | FaultKind::ExpireSession => {
+                "holder, random-worker or worker:N"
+            }
+            FaultKind::Delay | FaultKind::Partition => {
+                "workers->service, holder->service, workers->storage or a member target \
+                 (leader, member:N, all-members, majority, minority, random-members, \
+                 etcd-majority-minority)"
+            }
+            FaultKind::Kill => {
+                "a member target: leader, member:N, all-members, majority, minority or \
+                 random-members"
+            }
+        };
+        return Err(ferr(
+            "target",
+            format!("target {t} does not fit; expected {want}"),
+        ));
+    }
+    let needs_duration = matches!(
+        f.kind,
+        FaultKind::Pause | FaultKind::Delay | FaultKind::Partition
+    );
+    if needs_duration && f.duration.is_none() {
+        return Err(ferr("kind", format!("a {} needs a `duration`", f.kind)));
+    }
+    if f.kind == FaultKind::Delay && f.latency.is_none() {
+        return Err(ferr("kind", "a delay needs a `latency`".into()));
+    }
+    if f.kind != FaultKind::Delay && (f.latency.is_some() || f.latency_jitter.is_some()) {
+        return Err(ferr(
+            "latency",
+            "`latency` goes only with kind = \"delay\"".into(),
+        ));
+    }
+    if f.kind != FaultKind::Kill && f.restart_after.is_some() {
+        return Err(ferr(
+            "restart_after",
+            "`restart_after` goes only with kind = \"kill\"".into(),
+        ));
+    }
+    let members = s.cluster.members.0;
+    if let Target::Member(m) = t {
+        if m >= members {
+            return Err(ferr(
+                "target",
+                format!("member:{m} does not exist (members are 0..{members})"),
+            ));
+        }
+    }
+    if t.min_members() > members {
+        return Err(ferr(
+            "target",
+            format!(
+                "{t} needs at least {} members; the cluster has {members}",
+                t.min_members()
+            ),
+        ));
+    }
+    if let Target::Worker(n) = t {
+        if n >= s.workload.workers {
+            return Err(ferr(
+                "target",
+                format!(
+                    "worker:{n} does not exist (workers are 0..{})",
+                    s.workload.workers
+                ),
+            ));
+        }
+    }
+    if let Some(raw) = raw_target(text, i) {
+        if raw.starts_with("etcd") && s.lock.service != ServiceKind::Etcd {
+            return Err(ferr(
+                "target",
+                format!(
+                    "target {raw:?} names etcd but the service is {}; expected {t}",
+                    s.lock.service
+                ),
+            ));
+        }
+    }
+    match service::available(s.lock.service, s.cluster.backend, f.kind, t) {
+        Availability::Yes => Ok(()),
+        Availability::No(why) => Err(ferr("kind", why)),
+    }
+}
+
+/// Is every fault of `s` available on the backend that was actually chosen? (For
+/// `backend = "auto"` validation accepts what either backend can do; the run
+/// checks again once the backend is known, before anything starts.)
+pub fn check_backend(
+    s: &Scenario,
+    backend: BackendKind,
+    text: &str,
+    file: &str,
+) -> Result<(), ScenarioError> {
+    for (i, f) in s.faults.iter().enumerate() {
+        if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
+        {
+            return Err(ScenarioError {
+                file: file.to_string(),
+                line: line_of_nth_table_key(text, "[[fault]]", i, "kind"),
+                message: format!("fault #{} ({}): {why}", i + 1, f.kind),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The `target` of the n-th fault as written (before aliases were resolved).
+fn raw_target(text: &str, n: usize) -> Option<String> {
+    let v: toml::Value = toml::from_str(text).ok()?;
+    v.get("fault")?
+        .as_array()?
+        .get(n)?
+        .get("target")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+pub fn line_of_offset(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The line of the first `key = ...` assignment, for errors found after parsing.
+pub fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start();
+            t.strip_prefix(key)
+                .map(|r| r.trim_start().starts_with('='))
+                .unwrap_or(false)
+        })
+        .map(|i| i + 1)
+}
+
+/// The line of `key` inside the n-th `[[fault]]` table (or of the table header).
+pub fn line_of_nth_table_key(text: &str, header: &str, n: usize, key: &str) -> Option<usize> {
+    let mut seen = 0usize;
+    let mut in_table = false;
+    let mut header_line = None;
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if t.starts_with('[') {
+            in_table = t == header && {
+                seen += 1;
+                seen == n + 1
+            };
+            if in_table {
+                header_line = Some(i + 1);
+            }
+            continue;
+        }
+        if in_table {
+            if let Some(r) = t.strip_prefix(key) {
+                if r.trim_start().starts_with('=') {
+                    return Some(i + 1);
+                }
+            }
+        }
+    }
+    header_line
+}

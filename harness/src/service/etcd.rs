@@ -1,0 +1,348 @@
+//! etcd behind the lock-service seam: members started with a peer URL that points
+//! at their peer proxy, holders read from the lock keys (the oldest key under a
+//! lock's prefix holds; its lease's owner key names the worker), the leader from
+//! each member's status, `expire-session` as LeaseRevoke, and the observer as a
+//! watch on fencecheck's prefix.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+
+use super::observe::{Observation, ObservationWriter};
+use super::{
+    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
+};
+use crate::history::monotonic_ns;
+use crate::lock::etcd::{LOCK_PREFIX, OWNER_PREFIX};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
+
+const CALL: Duration = Duration::from_secs(3);
+
+pub struct EtcdDeploy {
+    bin: PathBuf,
+    version: String,
+}
+
+impl EtcdDeploy {
+    pub fn find(want: EtcdVersion, say: &dyn Fn(&str)) -> Result<EtcdDeploy> {
+        let b = tokio::task::block_in_place(|| crate::etcd::find_or_provision(want, say))?;
+        say(&format!("etcd {} ({})", b.version, b.path.display()));
+        Ok(EtcdDeploy {
+            bin: b.path,
+            version: b.version,
+        })
+    }
+}
+
+impl ServiceDeploy for EtcdDeploy {
+    fn peer_ports(&self) -> usize {
+        1
+    }
+
+    fn process_plan(
+        &self,
+        _s: &Scenario,
+        run_dir: &Path,
+        addrs: &[MemberAddrs],
+    ) -> Result<ProcessPlan> {
+        let initial_cluster = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("m{i}=http://{}", a.peers[0].advertise))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let client_url = format!("http://{}", a.client);
+                let args = vec![
+                    "--name".into(),
+                    format!("m{i}"),
+                    "--data-dir".into(),
+                    crate::rundir::member_data(run_dir, "etcd", i)
+                        .display()
+                        .to_string(),
+                    "--listen-client-urls".into(),
+                    client_url.clone(),
+                    "--advertise-client-urls".into(),
+                    client_url,
+                    "--listen-peer-urls".into(),
+                    format!("http://{}", a.peers[0].listen),
+                    "--initial-advertise-peer-urls".into(),
+                    format!("http://{}", a.peers[0].advertise),
+                    "--initial-cluster".into(),
+                    initial_cluster.clone(),
+                    "--initial-cluster-state".into(),
+                    "new".into(),
+                    "--initial-cluster-token".into(),
+                    "fencecheck".into(),
+                    "--logger".into(),
+                    "zap".into(),
+                ];
+                ProcessMember {
+                    name: format!("etcd {}", i),
+                    program: self.bin.clone(),
+                    args,
+                    env: Vec::new(),
+                    log: crate::rundir::member_log(run_dir, "etcd", i),
+                }
+            })
+            .collect();
+        Ok(ProcessPlan {
+            members,
+            version: self.version.clone(),
+        })
+    }
+}
+
+/// Polls `http://client/health` until etcd answers `{"health":"true"}`.
+pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
+    crate::proc::wait_http_healthy(what, client, deadline).await
+}
+
+pub struct EtcdService {
+    etcd: Client,
+    endpoints: Vec<String>,
+}
+
+impl EtcdService {
+    pub async fn connect(clients: &[SocketAddr]) -> Result<EtcdService> {
+        let endpoints: Vec<String> = clients.iter().map(|a| format!("http://{a}")).collect();
+        let etcd = Client::connect(
+            &endpoints,
+            Some(ConnectOptions::new().with_connect_timeout(Duration::from_secs(2))),
+        )
+        .await
+        .context("cannot connect to etcd")?;
+        Ok(EtcdService { etcd, endpoints })
+    }
+
+    /// lease → (worker, pid), from the owner keys.
+    async fn owners(&self) -> Result<BTreeMap<i64, (u32, u32)>> {
+        let mut etcd = self.etcd.clone();
+        let resp = tokio::time::timeout(
+            CALL,
+            etcd.get(OWNER_PREFIX, Some(GetOptions::new().with_prefix())),
+        )
+        .await
+        .context("etcd did not answer the owner look-up")??;
+        let mut out = BTreeMap::new();
+        for kv in resp.kvs() {
+            if let Some((w, p)) = parse_owner(kv.value_str().unwrap_or_default()) {
+                out.insert(kv.lease(), (w, p));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn parse_owner(v: &str) -> Option<(u32, u32)> {
+    let mut it = v.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// `fencecheck/lock/<key>/<lease hex>` → `<key>`.
+fn lock_of(etcd_key: &str) -> Option<&str> {
+    etcd_key
+        .strip_prefix(LOCK_PREFIX)?
+        .rsplit_once('/')
+        .map(|(k, _)| k)
+}
+
+#[async_trait::async_trait]
+impl LockService for EtcdService {
+    fn kind(&self) -> ServiceKind {
+        ServiceKind::Etcd
+    }
+
+    async fn holders(&self) -> Result<Vec<Holder>> {
+        let mut etcd = self.etcd.clone();
+        let resp = tokio::time::timeout(
+            CALL,
+            etcd.get(LOCK_PREFIX, Some(GetOptions::new().with_prefix())),
+        )
+        .await
+        .context("etcd did not answer the holder look-up")??;
+        // Lock → (CreateRevision, lease) of its oldest key: the holder.
+        let mut first: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for kv in resp.kvs() {
+            let Some(lock) = lock_of(kv.key_str().unwrap_or_default()) else {
+                continue;
+            };
+            let e = first.entry(lock.to_string()).or_insert((i64::MAX, 0));
+            if kv.create_revision() < e.0 {
+                *e = (kv.create_revision(), kv.lease());
+            }
+        }
+        let owners = self.owners().await?;
+        Ok(first
+            .into_iter()
+            .filter_map(|(key, (grant, session))| {
+                let (worker, pid) = *owners.get(&session)?;
+                Some(Holder {
+                    worker,
+                    pid,
+                    session,
+                    grant,
+                    key,
+                })
+            })
+            .collect())
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionOwner>> {
+        Ok(SessionOwner::from_map(self.owners().await?))
+    }
+
+    async fn leader(&self) -> Result<usize> {
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let opts = ConnectOptions::new()
+                .with_connect_timeout(Duration::from_millis(500))
+                .with_timeout(Duration::from_secs(1));
+            let status = async {
+                let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+                c.status().await
+            };
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(2), status).await {
+                let me = s.header().map(|h| h.member_id()).unwrap_or(0);
+                if s.leader() != 0 && s.leader() == me {
+                    return Ok(i);
+                }
+            }
+        }
+        bail!("no etcd member reports itself leader")
+    }
+
+    async fn expire_session(&self, session: i64) -> Result<serde_json::Value> {
+        let mut etcd = self.etcd.clone();
+        tokio::time::timeout(CALL, etcd.lease_revoke(session))
+            .await
+            .with_context(|| format!("revoke {session:x}: timed out"))?
+            .with_context(|| format!("revoke {session:x}"))?;
+        Ok(serde_json::json!({ "action": "LeaseRevoke", "lease": session }))
+    }
+
+    async fn observe(
+        &self,
+        out: ObservationWriter,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut etcd = self.etcd.clone();
+        let mut from_rev = 0i64;
+        loop {
+            let opts = WatchOptions::new()
+                .with_prefix()
+                .with_prev_key()
+                .with_start_revision(from_rev);
+            let watch = tokio::select! {
+                w = tokio::time::timeout(CALL, etcd.watch("fencecheck/", Some(opts))) => w,
+                _ = stop.changed() => return Ok(()),
+            };
+            let mut stream = match watch {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    gap(&out, format!("watch: {e}"), &mut stop).await;
+                    if *stop.borrow() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    gap(&out, "watch: no answer".into(), &mut stop).await;
+                    if *stop.borrow() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            loop {
+                let msg = tokio::select! {
+                    m = stream.message() => m,
+                    _ = stop.changed() => return Ok(()),
+                };
+                let resp = match msg {
+                    Ok(Some(r)) => r,
+                    Ok(None) | Err(_) => {
+                        gap(&out, "watch stream ended".into(), &mut stop).await;
+                        break;
+                    }
+                };
+                let now = monotonic_ns();
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    from_rev = from_rev.max(kv.mod_revision() + 1);
+                    if let Some(o) = observation(now, ev.event_type(), kv, ev.prev_kv()) {
+                        out.write(&o);
+                    }
+                }
+            }
+            if *stop.borrow() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Records a gap in the feed and waits a little before reconnecting.
+async fn gap(
+    out: &ObservationWriter,
+    error: String,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    out.write(&Observation::Gap {
+        time_ns: monotonic_ns(),
+        error,
+    });
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        _ = stop.changed() => {}
+    }
+}
+
+fn observation(
+    now: u64,
+    kind: EventType,
+    kv: &etcd_client::KeyValue,
+    prev: Option<&etcd_client::KeyValue>,
+) -> Option<Observation> {
+    let key = kv.key_str().ok()?;
+    if let Some(lease_hex) = key.strip_prefix(OWNER_PREFIX) {
+        if kind != EventType::Delete {
+            return None;
+        }
+        let worker = prev
+            .and_then(|p| parse_owner(p.value_str().ok()?))
+            .map(|(w, _)| w);
+        return Some(Observation::SessionEnded {
+            time_ns: now,
+            session: u64::from_str_radix(lease_hex, 16).ok()? as i64,
+            worker,
+        });
+    }
+    let lock = lock_of(key)?.to_string();
+    match kind {
+        EventType::Put if kv.create_revision() == kv.mod_revision() => Some(Observation::Created {
+            time_ns: now,
+            key: lock,
+            grant: kv.create_revision(),
+            session: kv.lease(),
+            id: key.to_string(),
+        }),
+        EventType::Delete => {
+            let p = prev?;
+            Some(Observation::Deleted {
+                time_ns: now,
+                key: lock,
+                grant: p.create_revision(),
+                session: p.lease(),
+                id: key.to_string(),
+            })
+        }
+        _ => None,
+    }
+}

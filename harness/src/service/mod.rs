@@ -1,0 +1,226 @@
+//! The lock-service seam, harness side: how a lock service is deployed on a backend,
+//! what the harness can ask it (holders, leader, sessions) **from its own state**,
+//! what it can do to it (expire a session), what it records of it (the grants and
+//! session ends it observes, for the findings), and which faults it can take —
+//! declared up front, as etcd robustness's `failpoint.Available`, so `validate`
+//! refuses the rest before anything starts. Each service sits beside the trait.
+
+pub mod etcd;
+pub mod observe;
+pub mod zookeeper;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::scenario::{BackendKind, FaultKind, Scenario, ServiceKind, Target};
+
+/// Is a fault available for a service on a backend?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Yes,
+    No(String),
+}
+
+/// What a service can take, whatever the backend.
+pub struct Capabilities {
+    /// `expire-session` (etcd: LeaseRevoke; ZooKeeper: session expiry).
+    pub expire_session: bool,
+    /// `revoke-lease` (etcd's own word for it).
+    pub revoke_lease: bool,
+    /// The service has a leader the harness can find (`leader` targets).
+    pub leader: bool,
+}
+
+pub fn capabilities(service: ServiceKind) -> Capabilities {
+    match service {
+        ServiceKind::Etcd => Capabilities {
+            expire_session: true,
+            revoke_lease: true,
+            leader: true,
+        },
+        ServiceKind::Zookeeper => Capabilities {
+            expire_session: true,
+            revoke_lease: false,
+            leader: true,
+        },
+    }
+}
+
+/// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
+/// what either backend can do (the run checks again once it knows which).
+pub fn available(
+    service: ServiceKind,
+    backend: BackendKind,
+    kind: FaultKind,
+    target: Target,
+) -> Availability {
+    let caps = capabilities(service);
+    if kind == FaultKind::RevokeLease && !caps.revoke_lease {
+        return Availability::No(format!(
+            "{service} has no leases to revoke; use kind = \"expire-session\""
+        ));
+    }
+    if kind == FaultKind::ExpireSession && !caps.expire_session {
+        return Availability::No(format!("{service} cannot expire a session"));
+    }
+    if matches!(target, Target::Leader | Target::EtcdMajorityMinority) && !caps.leader {
+        return Availability::No(format!("{service} has no leader to find"));
+    }
+    if target == Target::EtcdMajorityMinority && service != ServiceKind::Etcd {
+        return Availability::No(format!(
+            "etcd-majority-minority is etcd's; on {service} use majority or minority"
+        ));
+    }
+    // Member links are slowed through the peer proxies, which only the process
+    // backend has; a docker member can be cut off (network disconnect), not slowed.
+    if backend == BackendKind::Docker && kind == FaultKind::Delay && target.is_members() {
+        return Availability::No(format!(
+            "delay of {target} needs peer proxies, which only the process backend has \
+             (docker can partition members, not slow them)"
+        ));
+    }
+    Availability::Yes
+}
+
+/// Addresses of one member on the process backend: its client address (reached by
+/// the harness directly, by workers through their proxies), and for each peer port
+/// the address it listens on and the proxy address it advertises to its peers.
+#[derive(Debug, Clone)]
+pub struct MemberAddrs {
+    pub client: SocketAddr,
+    pub peers: Vec<PeerPort>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PeerPort {
+    /// Where the member listens.
+    pub listen: SocketAddr,
+    /// The proxy in front of it: what every other member connects to.
+    pub advertise: SocketAddr,
+}
+
+/// How to start one member as a local process.
+#[derive(Debug, Clone)]
+pub struct ProcessMember {
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub log: PathBuf,
+}
+
+/// One lock service deployed as local processes: the plan the process backend
+/// carries out (spawn, kill, restart with the same command line).
+pub struct ProcessPlan {
+    pub members: Vec<ProcessMember>,
+    /// The exact version that runs, e.g. "3.5.1" or "3.8.0".
+    pub version: String,
+}
+
+/// A holder of a lock, as the service sees it now.
+#[derive(Debug, Clone, Serialize)]
+pub struct Holder {
+    pub worker: u32,
+    pub pid: u32,
+    pub session: i64,
+    /// The grant (etcd CreateRevision, ZooKeeper czxid).
+    pub grant: i64,
+    /// The storage key the lock guards.
+    pub key: String,
+}
+
+/// A worker's session as the service sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionOwner {
+    pub session: i64,
+    pub worker: u32,
+    pub pid: u32,
+}
+
+impl SessionOwner {
+    /// From the session → (worker, pid) map both services read off their owner
+    /// entries.
+    pub fn from_map(owners: std::collections::BTreeMap<i64, (u32, u32)>) -> Vec<SessionOwner> {
+        owners
+            .into_iter()
+            .map(|(session, (worker, pid))| SessionOwner {
+                session,
+                worker,
+                pid,
+            })
+            .collect()
+    }
+}
+
+/// The harness's handle on a running lock service. Every call is bounded in time
+/// and goes to the members directly, never through the workers' fault proxies.
+#[async_trait::async_trait]
+pub trait LockService: Send + Sync {
+    fn kind(&self) -> ServiceKind;
+    /// Current holders of every lock.
+    async fn holders(&self) -> Result<Vec<Holder>>;
+    /// Every live worker session, with its owner.
+    async fn sessions(&self) -> Result<Vec<SessionOwner>>;
+    /// The index of the member that leads now.
+    async fn leader(&self) -> Result<usize>;
+    /// Ends a session at the service; returns what was done, for the record.
+    async fn expire_session(&self, session: i64) -> Result<serde_json::Value>;
+    /// Records, until `stop` fires, what the service itself says about grants and
+    /// sessions (see [`observe`]): the ground truth for the findings.
+    async fn observe(
+        &self,
+        out: observe::ObservationWriter,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()>;
+}
+
+/// A service's deployment side: what the backends need to start its members.
+pub trait ServiceDeploy: Send + Sync {
+    /// Peer ports per member (etcd 1; ZooKeeper 2: quorum and election).
+    fn peer_ports(&self) -> usize;
+    /// Command lines (and files in `run_dir`) for `addrs.len()` members.
+    fn process_plan(
+        &self,
+        s: &Scenario,
+        run_dir: &Path,
+        addrs: &[MemberAddrs],
+    ) -> Result<ProcessPlan>;
+    /// Polls until member `i` serves clients, or the deadline passes.
+    fn ready_deadline(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+/// The deployment side of `service`, finding (or provisioning) its binaries.
+pub fn deploy(s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
+    Ok(match s.lock.service {
+        ServiceKind::Etcd => Box::new(etcd::EtcdDeploy::find(s.etcd_version(), say)?),
+        ServiceKind::Zookeeper => Box::new(zookeeper::ZkDeploy::find(say)?),
+    })
+}
+
+/// Connects the harness's handle to running members (client addresses, direct).
+pub async fn connect(service: ServiceKind, clients: &[SocketAddr]) -> Result<Arc<dyn LockService>> {
+    Ok(match service {
+        ServiceKind::Etcd => Arc::new(etcd::EtcdService::connect(clients).await?),
+        ServiceKind::Zookeeper => Arc::new(zookeeper::ZkService::connect(clients).await?),
+    })
+}
+
+/// Waits until a member answers at `client` (service-specific health check).
+pub async fn wait_ready(
+    service: ServiceKind,
+    what: &str,
+    client: SocketAddr,
+    deadline: Duration,
+) -> Result<()> {
+    match service {
+        ServiceKind::Etcd => etcd::wait_ready(what, client, deadline).await,
+        ServiceKind::Zookeeper => zookeeper::wait_ready(what, client, deadline).await,
+    }
+}

@@ -1,0 +1,85 @@
+//! What the harness itself observes of the lock service during a run, through the
+//! service's own change feed (etcd: a watch; ZooKeeper: persistent watches),
+//! written to `service.jsonl` as it happens. It is the ground truth for the
+//! findings (grant validity, unsafe window): when did the service create a lock
+//! entry, delete it, end a session — never what a worker says.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+/// One line of `service.jsonl`. `time_ns` is the host's `CLOCK_MONOTONIC` when the
+/// harness saw the change (shortly after the service made it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "what", rename_all = "kebab-case")]
+pub enum Observation {
+    /// A lock entry was created (etcd: a key under the lock prefix; ZooKeeper: a
+    /// sequential child of the lock path): a waiter, holding once it is the oldest.
+    Created {
+        time_ns: u64,
+        /// The storage key the lock guards.
+        key: String,
+        /// The entry's place in the service's order (CreateRevision, czxid).
+        grant: i64,
+        session: i64,
+        id: String,
+    },
+    /// A lock entry was deleted (released, or its session ended).
+    Deleted {
+        time_ns: u64,
+        key: String,
+        grant: i64,
+        session: i64,
+        id: String,
+    },
+    /// A worker session ended at the service (etcd: its lease expired or was
+    /// revoked; ZooKeeper: the session expired or was closed).
+    SessionEnded {
+        time_ns: u64,
+        session: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<u32>,
+    },
+    /// The observer lost its feed for a while (a member down): what it saw is
+    /// complete only outside such gaps.
+    Gap { time_ns: u64, error: String },
+}
+
+impl Observation {
+    pub fn time_ns(&self) -> u64 {
+        match self {
+            Observation::Created { time_ns, .. }
+            | Observation::Deleted { time_ns, .. }
+            | Observation::SessionEnded { time_ns, .. }
+            | Observation::Gap { time_ns, .. } => *time_ns,
+        }
+    }
+}
+
+/// Appends observations to `service.jsonl`, flushing each one.
+#[derive(Clone)]
+pub struct ObservationWriter(Arc<Mutex<BufWriter<File>>>);
+
+impl ObservationWriter {
+    pub fn create(path: &Path) -> std::io::Result<ObservationWriter> {
+        let f = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(ObservationWriter(Arc::new(Mutex::new(BufWriter::new(f)))))
+    }
+
+    pub fn write(&self, o: &Observation) {
+        let Ok(mut w) = self.0.lock() else {
+            tracing::error!("observation log lock poisoned");
+            return;
+        };
+        let res = serde_json::to_writer(&mut *w, o)
+            .map_err(std::io::Error::from)
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush());
+        if let Err(e) = res {
+            tracing::error!("cannot record an observation: {e}");
+        }
+    }
+}

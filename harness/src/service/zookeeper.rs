@@ -1,0 +1,471 @@
+//! ZooKeeper behind the lock-service seam.
+//!
+//! Deploy: Debian's ZooKeeper 3.8 jars on the system JRE, one JVM per member, each
+//! with its own config and `myid` in the run directory. A member's config names
+//! its own server line with the addresses it listens on, and the other members'
+//! lines with their peer proxies: ZooKeeper binds its quorum and election ports
+//! from its own line and connects to a peer through that peer's line, and with
+//! dynamic reconfig off the lines need not agree between members (the ensemble
+//! only compares configs when reconfig is on).
+//!
+//! Service: holders from the lock children (the lowest sequence of each lock path
+//! holds; its ephemeralOwner names the session, whose owner node names the
+//! worker), the leader from each member's `srvr`, `expire-session` by resuming the
+//! session from another connection and closing it (ZooKeeper's own tests' way),
+//! and the observer as a persistent recursive watch on `/fencecheck`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use zookeeper_client as zk;
+
+mod feed;
+mod wire;
+
+use super::observe::ObservationWriter;
+use super::{
+    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
+};
+use crate::lock::zookeeper::{owner_session, parse_owner, LOCKS, OWNERS};
+use crate::scenario::{Scenario, ServiceKind};
+
+/// Bounds every call the harness makes to the ensemble.
+const CALL: Duration = Duration::from_secs(3);
+/// Debian's ZooKeeper jar: its manifest's Class-Path names its dependencies.
+const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// An SLF4J binding (Debian's libslf4j-java, a dependency of zookeeper), so the
+/// member logs to stderr, i.e. to its log file; without one it says nothing.
+const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+
+pub struct ZkDeploy {
+    java: PathBuf,
+    classpath: String,
+    version: String,
+}
+
+impl ZkDeploy {
+    /// Finds Java and Debian's ZooKeeper jars (`ci/bootstrap.sh` installs them) and
+    /// asks the jar for its version.
+    pub fn find(say: &dyn Fn(&str)) -> Result<ZkDeploy> {
+        let java = PathBuf::from("/usr/bin/java");
+        if !java.exists() {
+            bail!("no /usr/bin/java: run ci/bootstrap.sh (Debian's zookeeper and JRE 17)");
+        }
+        if !Path::new(ZK_JAR).exists() {
+            bail!("no {ZK_JAR}: run ci/bootstrap.sh (apt-get install zookeeper)");
+        }
+        let mut classpath = ZK_JAR.to_string();
+        if Path::new(SLF4J_SIMPLE).exists() {
+            classpath = format!("{classpath}:{SLF4J_SIMPLE}");
+        }
+        let out = std::process::Command::new(&java)
+            .args([
+                "-cp",
+                ZK_JAR,
+                "org.apache.zookeeper.version.VersionInfoMain",
+            ])
+            .output()
+            .context("cannot run java to read ZooKeeper's version")?;
+        // "Apache ZooKeeper, version 3.8.0 2024-12-29 17:54 UTC"
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text
+            .split("version ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .with_context(|| format!("cannot read ZooKeeper's version from {text:?}"))?
+            .to_string();
+        say(&format!(
+            "zookeeper {version} ({ZK_JAR}, {})",
+            java.display()
+        ));
+        Ok(ZkDeploy {
+            java,
+            classpath,
+            version,
+        })
+    }
+}
+
+/// Member `i`'s config. `tickTime = 1000` allows sessions of [2 s, 20 s];
+/// `syncLimit = 2` lets a follower give up on a dead leader after 2 s (the faults
+/// kill and cut off leaders; the default 5 ticks would outlive a 2 s session twice
+/// over before an election even starts); the admin
+/// server (its port 8080 would clash between members) and reconfig are off; the
+/// four-letter words the harness uses are allowed.
+fn member_config(i: usize, data: &Path, addrs: &[MemberAddrs]) -> String {
+    let me = &addrs[i];
+    let mut cfg = format!(
+        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={}\n\
+         clientPortAddress={}\nclientPort={}\nmaxClientCnxns=0\n\
+         admin.enableServer=false\nreconfigEnabled=false\n\
+         4lw.commands.whitelist=srvr,ruok,mntr,stat\n",
+        data.display(),
+        me.client.ip(),
+        me.client.port(),
+    );
+    if addrs.len() > 1 {
+        // Not standalone even with one member, and: a server line per member,
+        // `server.<myid>=host:quorum:election`.
+        cfg.push_str("standaloneEnabled=false\n");
+        for (j, a) in addrs.iter().enumerate() {
+            let (q, e) = if j == i {
+                (a.peers[0].listen, a.peers[1].listen)
+            } else {
+                (a.peers[0].advertise, a.peers[1].advertise)
+            };
+            cfg.push_str(&format!(
+                "server.{}={}:{}:{}\n",
+                j + 1,
+                q.ip(),
+                q.port(),
+                e.port()
+            ));
+            // ZooKeeper wants one host per line; the proxies of a member share an IP.
+            debug_assert_eq!(q.ip(), e.ip());
+        }
+    }
+    cfg
+}
+
+impl ServiceDeploy for ZkDeploy {
+    fn peer_ports(&self) -> usize {
+        2
+    }
+
+    fn process_plan(
+        &self,
+        _s: &Scenario,
+        run_dir: &Path,
+        addrs: &[MemberAddrs],
+    ) -> Result<ProcessPlan> {
+        if addrs.iter().any(|a| a.peers.len() != 2) {
+            bail!("a ZooKeeper member needs two peer ports (quorum, election)");
+        }
+        if addrs
+            .iter()
+            .any(|a| a.peers[0].advertise.ip() != a.peers[1].advertise.ip())
+        {
+            bail!("a ZooKeeper member's quorum and election proxies must share an IP");
+        }
+        let mut members = Vec::new();
+        for i in 0..addrs.len() {
+            let data = crate::rundir::member_data(run_dir, "zk", i);
+            std::fs::create_dir_all(&data)
+                .with_context(|| format!("cannot create {}", data.display()))?;
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1))
+                .with_context(|| format!("cannot write {}/myid", data.display()))?;
+            let cfg_path = run_dir.join(format!("zk-{i}.cfg"));
+            std::fs::write(&cfg_path, member_config(i, &data, addrs))
+                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+            // Small and quick to start: a 256 MB heap, the serial collector, the
+            // C1 compiler only; IPv4 as every address here is.
+            let args = [
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Xss512k",
+                "-Djava.net.preferIPv4Stack=true",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                // Election connections to a dead or cut-off peer give up after 1 s
+                // instead of 5 s: an election among live members is not held up.
+                "-Dzookeeper.cnxTimeout=1000",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-cp",
+                &self.classpath,
+                MAIN,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([cfg_path.display().to_string()])
+            .collect();
+            members.push(ProcessMember {
+                name: format!("zookeeper {i}"),
+                program: self.java.clone(),
+                args,
+                env: Vec::new(),
+                log: crate::rundir::member_log(run_dir, "zk", i),
+            });
+        }
+        Ok(ProcessPlan {
+            members,
+            version: self.version.clone(),
+        })
+    }
+}
+
+/// Sends a four-letter word to `addr` and returns the answer (the member closes the
+/// connection after it). Bounded by one second.
+pub async fn four_letter(addr: SocketAddr, word: &str) -> Result<String> {
+    let ask = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(word.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask)
+        .await
+        .with_context(|| format!("{word} to {addr}: no answer"))?
+        .with_context(|| format!("{word} to {addr}"))
+}
+
+/// The `Mode:` of a `srvr` answer: leader, follower, standalone; none while the
+/// member is not serving ("This ZooKeeper instance is not currently serving").
+pub fn mode(srvr: &str) -> Option<&str> {
+    srvr.lines()
+        .find_map(|l| l.strip_prefix("Mode: "))
+        .map(str::trim)
+}
+
+/// Polls `srvr` until the member serves (has a mode: it joined a quorum). `ruok`
+/// would not do: a member answers `imok` before it has a quorum.
+pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
+    crate::proc::poll_until(what, deadline, || async move {
+        four_letter(client, "srvr")
+            .await
+            .is_ok_and(|a| mode(&a).is_some())
+    })
+    .await
+}
+
+/// The harness's handle: a session to every member, directly (never through the
+/// workers' proxies), opened again if it ends.
+pub struct ZkService {
+    clients: Vec<SocketAddr>,
+    cluster: String,
+    zk: Mutex<Option<zk::Client>>,
+}
+
+/// The harness's own session timeout: long, so a member restart or a leader
+/// election does not end it.
+const HARNESS_SESSION: Duration = Duration::from_secs(6);
+
+impl ZkService {
+    pub async fn connect(clients: &[SocketAddr]) -> Result<ZkService> {
+        let svc = ZkService {
+            clients: clients.to_vec(),
+            cluster: clients
+                .iter()
+                .map(SocketAddr::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            zk: Mutex::new(None),
+        };
+        svc.client().await?;
+        Ok(svc)
+    }
+
+    /// The current session, or a new one if there is none or it ended.
+    async fn client(&self) -> Result<zk::Client> {
+        let mut cur = self.zk.lock().await;
+        if let Some(c) = cur.as_ref() {
+            if !c.state().is_terminated() {
+                return Ok(c.clone());
+            }
+        }
+        let connect = zk::Client::connector()
+            .with_session_timeout(HARNESS_SESSION)
+            .connect(&self.cluster);
+        let c = tokio::time::timeout(CALL * 2, connect)
+            .await
+            .context("no ZooKeeper member answered")?
+            .context("cannot connect to ZooKeeper")?;
+        *cur = Some(c.clone());
+        Ok(c)
+    }
+
+    /// session → (worker, pid), from the owner nodes.
+    async fn owners(&self, c: &zk::Client) -> Result<BTreeMap<i64, (u32, u32)>> {
+        let mut out = BTreeMap::new();
+        let names = match c.list_children(OWNERS).await {
+            Err(zk::Error::NoNode) => return Ok(out),
+            r => r.context("listing the owner nodes")?,
+        };
+        for name in names {
+            let Some(session) = owner_session(&name) else {
+                continue;
+            };
+            match c.get_data(&format!("{OWNERS}/{name}")).await {
+                Ok((data, _)) => {
+                    if let Some(o) = parse_owner(&data) {
+                        out.insert(session, o);
+                    }
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(e).context("reading an owner node"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every lock node now: path → (key, czxid, session).
+    async fn lock_nodes(&self, c: &zk::Client) -> Result<BTreeMap<String, LockNode>> {
+        let mut out = BTreeMap::new();
+        let keys = match c.list_children(LOCKS).await {
+            Err(zk::Error::NoNode) => return Ok(out),
+            r => r.context("listing the locks")?,
+        };
+        for key in keys {
+            let dir = format!("{LOCKS}/{key}");
+            let children = match c.list_children(&dir).await {
+                Err(zk::Error::NoNode) => continue,
+                r => r.context("listing a lock's children")?,
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                if let Some(stat) = c.check_stat(&path).await.context("reading a lock node")? {
+                    out.insert(path, LockNode::new(&key, &child, &stat));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A lock node as the harness saw it.
+#[derive(Debug, Clone)]
+struct LockNode {
+    key: String,
+    seq: i64,
+    czxid: i64,
+    session: i64,
+}
+
+impl LockNode {
+    fn new(key: &str, child: &str, stat: &zk::Stat) -> LockNode {
+        LockNode {
+            key: key.to_string(),
+            seq: sequence(child).unwrap_or(i64::MAX),
+            czxid: stat.czxid,
+            session: stat.ephemeral_owner,
+        }
+    }
+}
+
+/// The sequence number of `_c_<uuid>-lock-0000000042`: what orders waiters.
+fn sequence(child: &str) -> Option<i64> {
+    child.rsplit_once('-')?.1.parse().ok()
+}
+
+/// `/fencecheck/locks/<key>/<child>` → (key, child).
+fn split_lock_path(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix(LOCKS)?.strip_prefix('/')?;
+    rest.split_once('/').filter(|(_, c)| !c.contains('/'))
+}
+
+#[async_trait::async_trait]
+impl LockService for ZkService {
+    fn kind(&self) -> ServiceKind {
+        ServiceKind::Zookeeper
+    }
+
+    async fn holders(&self) -> Result<Vec<Holder>> {
+        let c = self.client().await?;
+        let look = async {
+            let nodes = self.lock_nodes(&c).await?;
+            let owners = self.owners(&c).await?;
+            Ok::<_, anyhow::Error>((nodes, owners))
+        };
+        let (nodes, owners) = tokio::time::timeout(CALL, look)
+            .await
+            .context("ZooKeeper did not answer the holder look-up")??;
+        // The lowest sequence under each lock path holds.
+        let mut first: BTreeMap<&str, &LockNode> = BTreeMap::new();
+        for n in nodes.values() {
+            let e = first.entry(&n.key).or_insert(n);
+            if n.seq < e.seq {
+                *e = n;
+            }
+        }
+        Ok(first
+            .into_iter()
+            .filter_map(|(key, n)| {
+                let (worker, pid) = *owners.get(&n.session)?;
+                Some(Holder {
+                    worker,
+                    pid,
+                    session: n.session,
+                    grant: n.czxid,
+                    key: key.to_string(),
+                })
+            })
+            .collect())
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionOwner>> {
+        let c = self.client().await?;
+        let owners = tokio::time::timeout(CALL, self.owners(&c))
+            .await
+            .context("ZooKeeper did not answer the session look-up")??;
+        Ok(SessionOwner::from_map(owners))
+    }
+
+    async fn leader(&self) -> Result<usize> {
+        for (i, a) in self.clients.iter().enumerate() {
+            if let Ok(ans) = four_letter(*a, "srvr").await {
+                if matches!(mode(&ans), Some("leader" | "standalone")) {
+                    return Ok(i);
+                }
+            }
+        }
+        bail!("no ZooKeeper member reports itself leader")
+    }
+
+    async fn expire_session(&self, session: i64) -> Result<serde_json::Value> {
+        let hex = format!("{:#x}", session as u64);
+        let mut errors = Vec::new();
+        let mut sent = false;
+        // A few rounds over the members: one may be down or not serving, and a
+        // live owner may win the race for its session once.
+        let mut attempts = 0;
+        for _round in 0..3 {
+            for a in &self.clients {
+                attempts += 1;
+                let res = tokio::time::timeout(CALL, wire::close_session(*a, session)).await;
+                let what = match res {
+                    Ok(Ok(wire::Closed::Yes)) => "closed",
+                    // Refused after an attempt whose close may have landed: done.
+                    Ok(Ok(wire::Closed::Refused)) if sent => "closed (the answer was lost)",
+                    Ok(Ok(wire::Closed::Refused)) => {
+                        bail!("ZooKeeper does not know session {hex}: already ended")
+                    }
+                    Ok(Err(e)) => {
+                        sent = true;
+                        errors.push(format!("{a}: {e:#}"));
+                        continue;
+                    }
+                    Err(_) => {
+                        sent = true;
+                        errors.push(format!("{a}: timed out"));
+                        continue;
+                    }
+                };
+                return Ok(serde_json::json!({
+                    "action": "resumed the session from a second connection (password \
+                               derived from its id, as the server does) and closed it",
+                    "result": what,
+                    "session": hex,
+                    "member": a.to_string(),
+                    "attempts": attempts,
+                    "errors": errors,
+                }));
+            }
+        }
+        bail!("cannot expire session {hex}: {}", errors.join("; "))
+    }
+
+    async fn observe(
+        &self,
+        out: ObservationWriter,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<()> {
+        feed::observe(self, out, stop).await
+    }
+}

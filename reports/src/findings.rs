@@ -1,0 +1,115 @@
+//! Two findings every report carries, for every service, each judged against the
+//! harness's own observation of the lock service (`service.jsonl`), never against
+//! what a worker says:
+//! - *grant validity*: grants a client was told about after its session had
+//!   already ended at the service;
+//! - *unsafe window*: for each hold whose session ended at the service while the
+//!   holder went on, how long it kept operating on the storage afterwards, and
+//!   what the fence did with those operations.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Findings {
+    /// Did the run record the service's observations? (`false` for runs written
+    /// before fencecheck observed the service: both findings are then empty.)
+    pub observed: bool,
+    /// Gaps in the observation feed (a member down): what happened inside them
+    /// may be missing.
+    pub observation_gaps: u64,
+    pub grant_validity: GrantValidity,
+    pub unsafe_window: UnsafeWindow,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GrantValidity {
+    /// Acquisitions the service answered (granted, as the client was told).
+    pub grants: u64,
+    /// Of those, told after the session had ended at the service.
+    pub after_session_end: u64,
+    /// Of those, how many the client itself caught (e.g. etcd: the lock key was
+    /// already gone when the client read it right after `Lock`); the others it
+    /// went on to use.
+    pub caught_by_client: u64,
+    /// Up to 50.
+    pub examples: Vec<LateGrant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LateGrant {
+    pub worker: u32,
+    pub key: String,
+    /// The grant, when the client learned it.
+    pub grant: Option<i64>,
+    pub session: i64,
+    /// When the service ended the session (observed).
+    pub session_ended_ns: u64,
+    /// When the client was told it held the lock.
+    pub told_ns: u64,
+    pub caught_by_client: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UnsafeWindow {
+    /// Holds whose session ended at the service before the holder let go.
+    pub holds: u64,
+    /// Storage operations those holders made after their session ended.
+    pub reads: u64,
+    pub writes_refused: u64,
+    pub writes_accepted: u64,
+    /// Window lengths (first session end → last storage operation of the hold),
+    /// milliseconds; 0 for a hold that made no operation after the end.
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub max_ms: f64,
+    /// Every such hold (up to 200), longest first.
+    pub windows: Vec<UnsafeHold>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnsafeHold {
+    pub worker: u32,
+    pub key: String,
+    pub grant: Option<i64>,
+    pub session: i64,
+    pub hold_start_ns: u64,
+    pub session_ended_ns: u64,
+    /// The last storage operation of the hold after the end (= `session_ended_ns`
+    /// when there was none).
+    pub last_op_ns: u64,
+    pub window_ms: f64,
+    pub reads: u64,
+    pub writes_refused: u64,
+    pub writes_accepted: u64,
+}
+
+/// The `token` check: is the token the client sent a fencing token at all, judged
+/// against the service's own order of grants?
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TokenCheck {
+    /// `true` when the token grows with every grant and no two grants share one;
+    /// `false` otherwise; `"unknown"` when no token was sent.
+    pub valid: crate::Validity,
+    /// Grants judged (acquisitions granted, with their grant and token).
+    pub grants: u64,
+    /// Grants whose token is lower than an earlier grant's (of the same lock).
+    pub regressions: u64,
+    /// Grants whose token an earlier grant (of the same lock) already had.
+    pub repeats: u64,
+    /// Grants the harness did not see the service create (no observation of them):
+    /// their place in the order is the client's word.
+    pub unverified: u64,
+    /// Up to 50: `(earlier, later)` grants where the token did not grow.
+    pub examples: Vec<TokenPair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenPair {
+    pub key: String,
+    pub earlier_worker: u32,
+    pub earlier_grant: i64,
+    pub earlier_token: i64,
+    pub later_worker: u32,
+    pub later_grant: i64,
+    pub later_token: i64,
+}

@@ -1,0 +1,183 @@
+//! The fencing, mutex and counter sections: each checker's counts and its
+//! counterexamples in words.
+
+use super::*;
+
+pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
+    let f = &ctx.report.checks.fencing;
+    check_header(
+        h,
+        ctx,
+        "fencing",
+        "fencing",
+        f.valid,
+        "Was a write from an older lock grant accepted after a newer grant had written?",
+    );
+    let bad = |n: u64| if n > 0 { "bad" } else { "" };
+    tiles(
+        h,
+        &[
+            ("writes", f.writes, ""),
+            ("accepted", f.accepted, ""),
+            ("rejected", f.rejected, ""),
+            (
+                "stale accepted (violations)",
+                f.stale_accepted,
+                bad(f.stale_accepted),
+            ),
+            (
+                "stale rejected (fencing at work)",
+                f.stale_rejected,
+                if f.stale_rejected > 0 { "good" } else { "" },
+            ),
+            (
+                "fresh rejected (liveness)",
+                f.fresh_rejected,
+                bad(f.fresh_rejected),
+            ),
+            ("unjudged (no revision)", f.unjudged, ""),
+        ],
+    );
+    if f.violations.is_empty() {
+        h.push_str("<p class=\"ok-line\">No stale write was accepted.</p>\n");
+    } else {
+        let _ = writeln!(h, "<h3>Stale writes accepted ({})</h3>", f.violations.len());
+        let items: Vec<String> = f
+            .violations
+            .iter()
+            .take(MAX_LISTED)
+            .enumerate()
+            .map(|(i, v)| {
+                let id = format!("fencing-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"violation\">{} {}</li>",
+                    escape(&ctx.stale_words(v)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "fencing-violations", &items);
+        more_note(h, f.violations.len());
+    }
+    if !f.fresh_rejected_examples.is_empty() {
+        let _ = writeln!(
+            h,
+            "<h3>Legitimate holders refused ({} shown of {})</h3>",
+            f.fresh_rejected_examples.len().min(MAX_LISTED),
+            f.fresh_rejected
+        );
+        let items: Vec<String> = f
+            .fresh_rejected_examples
+            .iter()
+            .take(MAX_LISTED)
+            .enumerate()
+            .map(|(i, w)| {
+                let id = format!("fresh-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"fresh\">{} {}</li>",
+                    escape(&ctx.fresh_words(w)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "fresh-rejected", &items);
+    }
+    h.push_str("</section>\n");
+}
+
+pub(super) fn mutex_section(h: &mut String, ctx: &Ctx) {
+    let m = &ctx.report.checks.mutex;
+    check_header(
+        h,
+        ctx,
+        "mutex",
+        "mutex",
+        m.valid,
+        "Did two workers hold the lock at the same time (client-observed)?",
+    );
+    tiles(
+        h,
+        &[
+            ("holds", m.holds, ""),
+            (
+                "overlapping holds",
+                m.overlaps,
+                if m.overlaps > 0 { "bad" } else { "" },
+            ),
+        ],
+    );
+    if m.examples.is_empty() {
+        h.push_str("<p class=\"ok-line\">No two holds overlapped.</p>\n");
+    } else {
+        let _ = writeln!(
+            h,
+            "<h3>Overlapping holds ({} shown of {})</h3>",
+            m.examples.len().min(MAX_LISTED),
+            m.overlaps
+        );
+        let items: Vec<String> = m
+            .examples
+            .iter()
+            .take(MAX_LISTED)
+            .enumerate()
+            .map(|(i, o)| {
+                let id = format!("mutex-{}", i + 1);
+                format!(
+                    "<li id=\"{id}\" class=\"overlap\">{} {}</li>",
+                    escape(&ctx.overlap_words(o)),
+                    goto_link(&id)
+                )
+            })
+            .collect();
+        folded_list(h, "mutex-overlaps", &items);
+    }
+    h.push_str("</section>\n");
+}
+
+pub(super) fn counter_section(h: &mut String, ctx: &Ctx) {
+    let c = &ctx.report.checks.counter;
+    check_header(
+        h,
+        ctx,
+        "counter",
+        "counter",
+        c.valid,
+        "Were acknowledged increments lost?",
+    );
+    tiles(
+        h,
+        &[
+            ("acknowledged increments", c.acknowledged, ""),
+            ("lost", c.lost, if c.lost > 0 { "bad" } else { "" }),
+        ],
+    );
+    if !c.keys.is_empty() {
+        h.push_str(
+            "<table class=\"grid\" id=\"counter-keys\"><thead><tr><th>key</th><th>acknowledged</th>\
+             <th>applied by the storage</th><th>final value</th><th>lost</th><th></th></tr></thead><tbody>\n",
+        );
+        for k in &c.keys {
+            let words = if k.lost > 0 {
+                format!(
+                    "the storage accepted {} increments but the final value is {}: {} overwritten",
+                    k.applied, k.final_value, k.lost
+                )
+            } else {
+                "every applied increment is in the final value".to_string()
+            };
+            let _ = writeln!(
+                h,
+                "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if k.lost > 0 { "unmet" } else { "" },
+                escape(&k.key),
+                k.acknowledged,
+                k.applied,
+                k.final_value,
+                k.lost,
+                escape(&words)
+            );
+        }
+        h.push_str("</tbody></table>\n");
+    }
+    h.push_str("</section>\n");
+}

@@ -1,0 +1,169 @@
+//! The findings section of report.html: grant validity and unsafe windows, each
+//! against the harness's own observation of the lock service.
+
+use std::fmt::Write;
+
+use super::{check_header, escape, hex_id, tiles, Ctx};
+use crate::TokenCheck;
+
+pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
+    let f = &ctx.report.findings;
+    h.push_str(
+        "<section id=\"findings\" class=\"card check\" data-checker=\"findings\">\n\
+         <h2>Findings from the service's own record</h2>\n\
+         <p class=\"question\">What did the lock service itself say happened to each session, \
+         and how did the clients behave against that? (observed by the harness through the \
+         service's change feed, never taken from a worker)</p>\n",
+    );
+    if !f.observed {
+        h.push_str(
+            "<p class=\"muted\">This run has no observations of the service \
+             (written before fencecheck recorded them).</p>\n</section>\n",
+        );
+        return;
+    }
+    if f.observation_gaps > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"muted\">The feed had {} gap(s) (a member down): what happened inside them \
+             may be missing.</p>",
+            f.observation_gaps
+        );
+    }
+    let g = &f.grant_validity;
+    h.push_str("<h3 id=\"grant-validity\">Grant validity</h3>\n<p>Grants a client was told about after its session had already ended at the service.</p>\n");
+    tiles(
+        h,
+        &[
+            ("grants told", g.grants, ""),
+            (
+                "after the session ended",
+                g.after_session_end,
+                if g.after_session_end > 0 {
+                    "bad"
+                } else {
+                    "good"
+                },
+            ),
+            ("of them caught by the client", g.caught_by_client, ""),
+        ],
+    );
+    if !g.examples.is_empty() {
+        h.push_str("<table class=\"grid small\" id=\"late-grants\"><thead><tr><th>worker</th><th>key</th><th>grant</th><th>session</th><th>session ended</th><th>told</th><th>late by</th><th>client</th></tr></thead><tbody>\n");
+        for e in &g.examples {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td></tr>",
+                e.worker,
+                escape(&e.key),
+                e.grant.map(|x| x.to_string()).unwrap_or_else(|| "—".into()),
+                hex_id(e.session),
+                ctx.clock.at(e.session_ended_ns),
+                ctx.clock.at(e.told_ns),
+                e.told_ns.saturating_sub(e.session_ended_ns) as f64 / 1e6,
+                if e.caught_by_client {
+                    "caught it (found the grant gone)"
+                } else {
+                    "went on to use it"
+                }
+            );
+        }
+        h.push_str("</tbody></table>\n");
+    }
+    let u = &f.unsafe_window;
+    h.push_str("<h3 id=\"unsafe-window\">Unsafe windows</h3>\n<p>Holds whose session ended at the service while the holder went on: how long it kept using the storage afterwards, and what the fence did with it. Marked on the timeline in red.</p>\n");
+    tiles(
+        h,
+        &[
+            ("holds outliving their session", u.holds, ""),
+            (
+                "writes refused by the fence",
+                u.writes_refused,
+                if u.writes_refused > 0 { "good" } else { "" },
+            ),
+            (
+                "writes accepted",
+                u.writes_accepted,
+                if u.writes_accepted > 0 { "bad" } else { "good" },
+            ),
+            ("reads served", u.reads, ""),
+        ],
+    );
+    let _ = writeln!(
+        h,
+        "<p>window p50 {:.0} ms · p90 {:.0} ms · max {:.0} ms</p>",
+        u.p50_ms, u.p90_ms, u.max_ms
+    );
+    if !u.windows.is_empty() {
+        h.push_str("<table class=\"grid small\" id=\"unsafe-windows\"><thead><tr><th>worker</th><th>key</th><th>grant</th><th>session</th><th>session ended</th><th>last operation</th><th>window</th><th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n");
+        for w in u.windows.iter().take(super::MAX_LISTED) {
+            let _ = writeln!(
+                h,
+                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if w.writes_accepted > 0 { "unmet" } else { "" },
+                w.worker,
+                escape(&w.key),
+                w.grant.map(|x| x.to_string()).unwrap_or_else(|| "—".into()),
+                hex_id(w.session),
+                ctx.clock.at(w.session_ended_ns),
+                ctx.clock.at(w.last_op_ns),
+                w.window_ms,
+                w.writes_refused,
+                w.writes_accepted,
+                w.reads
+            );
+        }
+        h.push_str("</tbody></table>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+pub(super) fn token_section(h: &mut String, ctx: &Ctx, t: &TokenCheck) {
+    check_header(
+        h,
+        ctx,
+        "token",
+        "token",
+        t.valid,
+        "Is the token the clients sent a fencing token — does it grow with every grant, \
+         in the service's own order, and is it never shared by two grants?",
+    );
+    tiles(
+        h,
+        &[
+            ("grants", t.grants, ""),
+            (
+                "tokens that went backwards",
+                t.regressions,
+                if t.regressions > 0 { "bad" } else { "" },
+            ),
+            (
+                "tokens repeated",
+                t.repeats,
+                if t.repeats > 0 { "bad" } else { "" },
+            ),
+            ("grants not seen at the service", t.unverified, ""),
+        ],
+    );
+    if t.valid == crate::Validity::Unknown {
+        h.push_str("<p class=\"muted\">No token was sent: nothing to judge.</p>\n");
+    }
+    if !t.examples.is_empty() {
+        h.push_str("<table class=\"grid small\" id=\"token-examples\"><thead><tr><th>key</th><th>earlier grant</th><th>its token</th><th>later grant</th><th>its token</th></tr></thead><tbody>\n");
+        for e in &t.examples {
+            let _ = writeln!(
+                h,
+                "<tr class=\"unmet\"><td>{}</td><td>worker {} · {}</td><td>{}</td><td>worker {} · {}</td><td>{}</td></tr>",
+                escape(&e.key),
+                e.earlier_worker,
+                e.earlier_grant,
+                e.earlier_token,
+                e.later_worker,
+                e.later_grant,
+                e.later_token
+            );
+        }
+        h.push_str("</tbody></table>\n");
+    }
+    h.push_str("</section>\n");
+}
