@@ -57,7 +57,7 @@ mkdir -p "$OUT"
 OUT=$(realpath "$OUT")   # absolute: child command lines then carry the full path
 RANDOM=$SEED             # the delays are reproducible with --seed
 ROWS="$OUT/trials.tsv"
-printf 'backend\tsignal\ttrial\tdelay_s\tphase\tprocs_before\texit\tprocesses\tcontainers\tnetworks\tvolumes\tgone_after_s\n' >"$ROWS"
+printf 'backend\tsignal\ttrial\tdelay_s\tphase\tprocs_before\texit\tprocesses\tcontainers\tnetworks\tvolumes\tgone_after_s\trun_id\tother_new_run_ids\n' >"$ROWS"
 LEFT_DEADLINE=30
 
 # Processes still alive whose command line mentions DIR ("pid:state" each).
@@ -79,6 +79,14 @@ docker_count() {   # KIND (ps -a | network ls | volume ls) RUN_ID
     volumes) docker volume ls -q --filter "label=fencecheck.run=$id" | wc -l ;;
   esac
 }
+# Every fencecheck.run label value on the engine (containers, networks, volumes).
+docker_run_ids() {
+  [ "$BACKEND" = docker ] || return 0
+  { docker ps -a --filter label=fencecheck.run --format '{{.Label "fencecheck.run"}}'
+    docker network ls --filter label=fencecheck.run --format '{{.Label "fencecheck.run"}}'
+    docker volume ls --filter label=fencecheck.run --format '{{.Label "fencecheck.run"}}'
+  } 2>/dev/null | sort -u
+}
 remove_docker_run() {   # RUN_ID: this trial's objects only
   local id=$1
   [ -n "$id" ] || return 0
@@ -99,11 +107,12 @@ phase_of() {
 }
 
 trial() {   # SIGNAL INDEX
-  local sig=$1 i=$2 dir log delay_ms pid rc phase run_id t p c n v gone before
+  local sig=$1 i=$2 dir log delay_ms pid rc phase run_id t p c n v gone before pre_ids others
   dir="$OUT/$BACKEND-$sig-$(printf %02d "$i")"
   log="$dir.stderr"
   # MIN_DELAY .. MAX_DELAY s in ms steps (two draws: $RANDOM is 15 bits).
   delay_ms=$(( MIN_DELAY * 1000 + (RANDOM * 32768 + RANDOM) % ((MAX_DELAY - MIN_DELAY) * 1000 + 1) ))
+  pre_ids=$(docker_run_ids)
   # Not --quiet: the phase lines tell what the harness was doing when signalled,
   # and a docker run announces its run id before it creates anything.
   "$BIN" scenario scenarios/pause.toml --backend "$BACKEND" --out "$dir" >"$dir.stdout" 2>"$log" &
@@ -127,7 +136,12 @@ trial() {   # SIGNAL INDEX
   fi
   rc=0; { wait "$pid"; } 2>/dev/null || rc=$?
   run_id=""
-  [ "$BACKEND" = docker ] && run_id=$(grep -o '(run fc[0-9a-f]*' "$log" | head -1 | cut -c6- || true)
+  # The run id: docker.json (written once the reaper runs, before anything else is
+  # created), else the progress line that names it.
+  if [ "$BACKEND" = docker ]; then
+    [ -f "$dir/docker.json" ] && run_id=$(jq -r '.run_id // empty' "$dir/docker.json" 2>/dev/null || true)
+    [ -n "$run_id" ] || run_id=$(grep -o '(run fc[0-9a-f]*' "$log" | head -1 | cut -c6- || true)
+  fi
   # Leftovers: poll until none or the deadline; count what is there at the end.
   local start=$SECONDS
   while :; do
@@ -140,6 +154,11 @@ trial() {   # SIGNAL INDEX
     if [ "$gone" -ge "$LEFT_DEADLINE" ]; then gone="-"; break; fi
     sleep 0.5
   done
+  # Labelled objects of runs that appeared during the trial but are not this
+  # trial's (a run id we could not learn, or another user of a shared engine):
+  # reported, never removed.
+  others=$(comm -13 <(printf '%s\n' "$pre_ids") <(docker_run_ids) | grep -vx -- "${run_id:-none}" | paste -sd, || true)
+  [ -n "$others" ] && echo "  trial $i: labelled objects of other run ids appeared: $others" >&2
   if [ "$p" -gt 0 ]; then
     echo "  trial $i: processes left: $(procs_of "$dir" | tr '\n' ' ')" >&2
     ps -o pid,stat,args -p "$(procs_of "$dir" | cut -d: -f1 | paste -sd,)" >"$dir.leftovers" 2>/dev/null || true
@@ -150,8 +169,9 @@ trial() {   # SIGNAL INDEX
     docker ps -a --filter "label=fencecheck.run=$run_id" >"$dir.docker-leftovers" 2>&1 || true
     remove_docker_run "$run_id"
   fi
-  printf '%s\t%s\t%d\t%d.%03d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n' "$BACKEND" "$sig" "$i" \
-    $((delay_ms / 1000)) $((delay_ms % 1000)) "${phase:--}" "$before" "$rc" "$p" "$c" "$n" "$v" "$gone" >>"$ROWS"
+  printf '%s\t%s\t%d\t%d.%03d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n' "$BACKEND" "$sig" "$i" \
+    $((delay_ms / 1000)) $((delay_ms % 1000)) "${phase:--}" "$before" "$rc" "$p" "$c" "$n" "$v" "$gone" \
+    "${run_id:--}" "${others:--}" >>"$ROWS"
   printf '  %-7s SIG%-4s trial %2d  at %6.3f s  (%s, %d processes)  exit %s  left: %d processes, %d containers, %d networks, %d volumes\n' \
     "$BACKEND" "${sig^^}" "$i" "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))" \
     "${phase:--}" "$before" "$rc" "$p" "$c" "$n" "$v"
