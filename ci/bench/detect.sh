@@ -79,7 +79,7 @@ one() {
   printf '%s\n' "$row" | awk -F'\t' '{printf "  %-22s seed %-3s rc %s detected %-3s stale_accepted %-4s fresh_rejected %-4s first violation %s s, first fresh-rejected %s s (%s s)\n", $1,$2,$3,$4,$5,$6,$8,$9,$10}'
 }
 
-echo "detect: ${#FILES[@]} scenario(s) × seeds 1..$SEEDS, backend $BACKEND, etcd ${ETCD:-as each scenario says}, $JOBS at a time → $OUT"
+echo "detect: ${#FILES[@]} scenario(s) × seeds 1..$SEEDS, backend $BACKEND, etcd ${ETCD:-per scenario}, $JOBS at a time → $OUT"
 for file in "${FILES[@]}"; do
   mkdir -p "$OUT/$(basename "$file" .toml)"
   for seed in $(seq 1 "$SEEDS"); do
