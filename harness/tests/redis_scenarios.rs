@@ -29,15 +29,6 @@ fn run_kept(name: &str, service: &str) -> (tempfile::TempDir, Value) {
     (dir, r)
 }
 
-fn fencing(r: &Value) -> (u64, u64, u64) {
-    let f = &r["checks"]["fencing"];
-    (
-        n(&f["stale_accepted"]),
-        n(&f["stale_rejected"]),
-        n(&f["fresh_rejected"]),
-    )
-}
-
 #[test]
 fn redis_pause_is_fenced_by_the_counter() {
     let _g = serial();

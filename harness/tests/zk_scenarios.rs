@@ -30,15 +30,6 @@ fn run(name: &str) -> Value {
     run_kept(name).1
 }
 
-fn fencing(r: &Value) -> (u64, u64, u64) {
-    let f = &r["checks"]["fencing"];
-    (
-        n(&f["stale_accepted"]),
-        n(&f["stale_rejected"]),
-        n(&f["fresh_rejected"]),
-    )
-}
-
 #[test]
 fn zk_pause_is_fenced_by_czxid() {
     let _g = serial();

@@ -236,6 +236,30 @@ pub struct FencingCheck {
     pub fresh_rejected_examples: Vec<WriteRef>,
 }
 
+impl FencingCheck {
+    /// Nothing judged yet: valid until a violation is found.
+    pub fn new() -> FencingCheck {
+        FencingCheck {
+            valid: Validity::Valid,
+            writes: 0,
+            accepted: 0,
+            rejected: 0,
+            stale_accepted: 0,
+            stale_rejected: 0,
+            fresh_rejected: 0,
+            unjudged: 0,
+            violations: Vec::new(),
+            fresh_rejected_examples: Vec::new(),
+        }
+    }
+}
+
+impl Default for FencingCheck {
+    fn default() -> Self {
+        FencingCheck::new()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hold {
     pub worker: u32,

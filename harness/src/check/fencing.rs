@@ -41,18 +41,7 @@ pub fn write_ref(r: &LogRecord) -> WriteRef {
 
 pub fn check(rec: &Recorded) -> FencingCheck {
     let mut newest: HashMap<&str, &LogRecord> = HashMap::new();
-    let mut c = FencingCheck {
-        valid: Validity::Valid,
-        writes: 0,
-        accepted: 0,
-        rejected: 0,
-        stale_accepted: 0,
-        stale_rejected: 0,
-        fresh_rejected: 0,
-        unjudged: 0,
-        violations: Vec::new(),
-        fresh_rejected_examples: Vec::new(),
-    };
+    let mut c = FencingCheck::new();
     for r in &rec.storage {
         let is_write = r.request.op == OpKind::Write;
         let accepted = r.verdict == Verdict::Accepted;

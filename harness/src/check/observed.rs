@@ -105,18 +105,7 @@ fn ops(rec: &Recorded) -> Vec<Op<'_>> {
 
 pub fn fencing(rec: &Recorded) -> FencingCheck {
     let ops = ops(rec);
-    let mut c = FencingCheck {
-        valid: Validity::Valid,
-        writes: 0,
-        accepted: 0,
-        rejected: 0,
-        stale_accepted: 0,
-        stale_rejected: 0,
-        fresh_rejected: 0,
-        unjudged: 0,
-        violations: Vec::new(),
-        fresh_rejected_examples: Vec::new(),
-    };
+    let mut c = FencingCheck::new();
     for w in ops.iter().filter(|o| o.inv.f == F::Write) {
         let (Some(g), kind) = (w.grant(), w.kind()) else {
             c.unjudged += 1;

@@ -194,3 +194,13 @@ pub fn interrupt_mid_fault(
     assert_eq!(status.code(), Some(2));
     assert_nothing_left(out);
 }
+
+/// A report's fencing counts: (stale accepted, stale rejected, fresh rejected).
+pub fn fencing(r: &Value) -> (u64, u64, u64) {
+    let f = &r["checks"]["fencing"];
+    (
+        n(&f["stale_accepted"]),
+        n(&f["stale_rejected"]),
+        n(&f["fresh_rejected"]),
+    )
+}
