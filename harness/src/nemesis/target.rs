@@ -111,11 +111,11 @@ pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
             member_target(vec![m as usize], leader)
         }
         Target::Leader => {
-            let l = n.world.service.leader().await?;
+            let l = leader(n).await?;
             member_target(vec![l], Some(l))
         }
         Target::EtcdMajorityMinority => {
-            let l = n.world.service.leader().await?;
+            let l = leader(n).await?;
             // The leader plus enough others to make a minority: 1 of 3, 2 of 5.
             let mut minority = vec![l];
             minority.extend((0..members).filter(|&i| i != l).take((members - 1) / 2 - 1));
@@ -170,11 +170,33 @@ pub fn member_links(n: &Nemesis, members: &[MemberRef]) -> Vec<Proxy> {
         .collect()
 }
 
-async fn holder(n: &Nemesis) -> Result<Victim> {
-    // Between holds nobody holds the lock for a moment: poll briefly.
+/// The leader now; asked again for a moment while an election is under way.
+async fn leader(n: &Nemesis) -> Result<usize> {
     let end = tokio::time::Instant::now() + HOLDER_SEARCH;
     loop {
-        let holders = n.world.service.holders().await?;
+        match n.world.service.leader().await {
+            Ok(l) => return Ok(l),
+            Err(e) if tokio::time::Instant::now() >= end => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn holder(n: &Nemesis) -> Result<Victim> {
+    // Between holds nobody holds the lock for a moment: poll briefly. A look-up
+    // that fails (a leader election, a member being killed) is tried again within
+    // the same window rather than dropping the planned fault: the soak saw most of
+    // its uninjected faults fail that way.
+    let end = tokio::time::Instant::now() + HOLDER_SEARCH;
+    loop {
+        let holders = match n.world.service.holders().await {
+            Ok(h) => h,
+            Err(e) if tokio::time::Instant::now() >= end => return Err(e),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         if !holders.is_empty() {
             let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
             let h = holders.choose(&mut *rng).context("no holder")?;
