@@ -53,8 +53,10 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
     if let Some(why) = storage_unavailable(s, s.cluster.backend) {
         return Err(err(storage_key(s), why));
     }
+    let raw = raw_targets(text);
     for i in 0..s.faults.len() {
-        fault_rules(s, i, text, file)?;
+        let raw_target = raw.get(i).and_then(Option::as_deref);
+        fault_rules(s, i, raw_target, text, file)?;
     }
     Ok(())
 }
@@ -318,7 +320,13 @@ fn redis_rules(
     Ok(())
 }
 
-fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), ScenarioError> {
+fn fault_rules(
+    s: &Scenario,
+    i: usize,
+    raw_target: Option<&str>,
+    text: &str,
+    file: &str,
+) -> Result<(), ScenarioError> {
     let f = &s.faults[i];
     let ferr = |key: &str, message: String| ScenarioError {
         file: file.to_string(),
@@ -433,7 +441,7 @@ fn fault_rules(s: &Scenario, i: usize, text: &str, file: &str) -> Result<(), Sce
             ));
         }
     }
-    if let Some(raw) = raw_target(text, i) {
+    if let Some(raw) = raw_target {
         if raw.starts_with("etcd") && s.lock.service != ServiceKind::Etcd {
             return Err(ferr(
                 "target",
@@ -479,15 +487,19 @@ pub fn check_backend(
     Ok(())
 }
 
-/// The `target` of the n-th fault as written (before aliases were resolved).
-fn raw_target(text: &str, n: usize) -> Option<String> {
-    let v: toml::Value = toml::from_str(text).ok()?;
-    v.get("fault")?
-        .as_array()?
-        .get(n)?
-        .get("target")?
-        .as_str()
-        .map(str::to_owned)
+/// Each fault's `target` as written (before aliases were resolved), parsed once.
+fn raw_targets(text: &str) -> Vec<Option<String>> {
+    let Ok(v) = toml::from_str::<toml::Value>(text) else {
+        return Vec::new();
+    };
+    let faults = v.get("fault").and_then(|f| f.as_array());
+    faults
+        .map(|fs| {
+            fs.iter()
+                .map(|f| f.get("target").and_then(|t| t.as_str()).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn line_of_offset(text: &str, offset: usize) -> usize {
