@@ -134,15 +134,10 @@ pub async fn run(
 ) -> Result<(Report, PathBuf), RunError> {
     let seed = apply_overrides(&mut scenario, o);
     // A fault the backend cannot do is bad input: refused before anything starts.
-    let postgres = scenario.storage.kind == StorageKind::Postgres;
-    let chosen = match scenario.cluster.backend {
-        // PostgreSQL runs on the process backend only (validate refuses docker).
-        BackendKind::Auto if postgres => BackendKind::Process,
-        kind => backend::resolve(kind, scenario.lock.service).await,
-    };
+    let chosen = backend::choose(&scenario).await?;
     if let Ok(text) = std::fs::read_to_string(scenario_path) {
         let file = scenario_path.display().to_string();
-        crate::scenario::check_backend(&scenario, chosen, &text, &file)?;
+        crate::scenario::check_backend(&scenario, chosen.kind, &text, &file)?;
     }
     let external = external_storage(&scenario, scenario_path).await?;
     let run = Run {
@@ -170,14 +165,8 @@ pub async fn run(
     ));
 
     let say = |m: &str| run.say(m);
-    let (backend, dep) = Backend::start(
-        scenario.cluster.backend,
-        &scenario,
-        external.map(|(a, _)| a),
-        &run.dir,
-        &say,
-    )
-    .await?;
+    let (backend, dep) =
+        Backend::start(chosen, &scenario, external.map(|(a, _)| a), &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
     let links = Links::start(
         scenario.workload.workers,
@@ -195,7 +184,7 @@ pub async fn run(
         }
         Err(e) => Err(e.into()),
     };
-    if postgres {
+    if scenario.storage.kind == StorageKind::Postgres {
         // On every path that got this far (an interrupted run too): the log table
         // becomes storage.jsonl while the database is still up.
         match crate::backend::postgres::export(dep.storage, &run.dir.join(rundir::STORAGE_LOG))

@@ -40,17 +40,62 @@ pub enum Service {
     Storage,
 }
 
-/// Which backend `kind` means here: `auto` is docker when an engine answers and
-/// the service runs there, else processes.
-pub async fn resolve(kind: BackendKind, service: ServiceKind) -> BackendKind {
-    match kind {
-        BackendKind::Auto if !crate::service::runs_on_docker(service) => BackendKind::Process,
+/// The backend a run uses, and why (for the report).
+pub struct Chosen {
+    pub kind: BackendKind,
+    pub reason: String,
+    /// The engine that answered, when the choice is docker.
+    engine: Option<docker::Engine>,
+}
+
+/// What `backend` means for this scenario: `auto` is docker when an engine
+/// answers and the service and the storage run there, else local processes.
+/// Decided once per run, before anything starts (the faults are checked against
+/// it), and handed to [`Backend::start`].
+pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
+    let process = |reason: String| Chosen {
+        kind: BackendKind::Process,
+        reason,
+        engine: None,
+    };
+    let docker = |engine: docker::Engine, reason: String| Chosen {
+        kind: BackendKind::Docker,
+        reason,
+        engine: Some(engine),
+    };
+    Ok(match scenario.cluster.backend {
+        BackendKind::Process => process("requested".into()),
+        BackendKind::Docker => {
+            let engine = docker::engine(docker::ENGINE_TIMEOUT).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "backend \"docker\": no Docker engine answers ({e:#}); use --backend process"
+                )
+            })?;
+            let reason = format!("requested; Docker engine {}", engine.version);
+            docker(engine, reason)
+        }
+        BackendKind::Auto if scenario.storage.kind == crate::scenario::StorageKind::Postgres => {
+            process(
+                "auto: PostgreSQL storage runs on the process backend only, so local processes"
+                    .into(),
+            )
+        }
+        BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
+            process(format!(
+                "auto: {} does not run on the docker backend yet, so local processes",
+                scenario.lock.service
+            ))
+        }
         BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
-            Ok(_) => BackendKind::Docker,
-            Err(_) => BackendKind::Process,
+            Ok(engine) => {
+                let reason = format!("auto: a Docker engine answered ({})", engine.version);
+                docker(engine, reason)
+            }
+            Err(e) => process(format!(
+                "auto: no Docker engine answered ({e:#}), so local processes"
+            )),
         },
-        k => k,
-    }
+    })
 }
 
 /// The running services of one run. Stopping is explicit (`stop`) and also happens
@@ -64,48 +109,18 @@ impl Backend {
     /// Starts the lock service and, unless `external` names a storage of the
     /// user's own (`[storage] kind = "http"`), fencecheck's storage.
     pub async fn start(
-        kind: BackendKind,
+        chosen: Chosen,
         scenario: &Scenario,
         external: Option<SocketAddr>,
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(Backend, Deployment)> {
-        let reason = match kind {
-            BackendKind::Process => "requested".to_string(),
-            BackendKind::Docker => {
-                let engine = docker::engine(docker::ENGINE_TIMEOUT).await.map_err(|e| {
-                    anyhow::anyhow!(
-                        "backend \"docker\": no Docker engine answers ({e:#}); \
-                         use --backend process"
-                    )
-                })?;
-                let reason = format!("requested; Docker engine {}", engine.version);
-                return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
-                    .await;
-            }
-            BackendKind::Auto
-                if scenario.storage.kind == crate::scenario::StorageKind::Postgres =>
-            {
-                "auto: PostgreSQL storage runs on the process backend only, so local processes"
-                    .to_string()
-            }
-            BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
-                format!(
-                    "auto: {} does not run on the docker backend yet, so local processes",
-                    scenario.lock.service
-                )
-            }
-            BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
-                Ok(engine) => {
-                    let reason = format!("auto: a Docker engine answered ({})", engine.version);
-                    return Backend::start_docker(engine, reason, scenario, external, run_dir, say)
-                        .await;
-                }
-                Err(e) => format!("auto: no Docker engine answered ({e:#}), so local processes"),
-            },
-        };
+        if let Some(engine) = chosen.engine {
+            return Backend::start_docker(engine, chosen.reason, scenario, external, run_dir, say)
+                .await;
+        }
         let (b, mut d) = process::ProcessBackend::start(scenario, external, run_dir, say).await?;
-        d.backend_reason = reason;
+        d.backend_reason = chosen.reason;
         Ok((Backend::Process(b), d))
     }
 
