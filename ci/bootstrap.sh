@@ -7,6 +7,7 @@
 #   - ZooKeeper 3.8 (Debian's zookeeper: its jars in /usr/share/java) on JRE 17
 #   - Redis 7.0 (Debian's redis-server), for the redis and redlock services
 #   - PostgreSQL 15 (Debian's postgresql-15), for `[storage] kind = "postgres"`
+#   - what each lock-client adapter under clients/ needs (its setup.sh)
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
 #     report needs no browser
 # Each step says what it does. Safe to run again.
@@ -134,4 +135,13 @@ else
   say "chromium missing (the report tests open report.html in it)"
   apt_install chromium
 fi
+# The lock-client adapters (clients/<name>/setup.sh): each checks what its library
+# needs (a file, a version) and installs or builds what is missing. Sourced, so they
+# share say, die and apt_install.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+for setup in "$ROOT"/clients/*/setup.sh; do
+  [ -f "$setup" ] || continue
+  # shellcheck source=/dev/null
+  . "$setup"
+done
 say "bootstrap done"
