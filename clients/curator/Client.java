@@ -37,7 +37,7 @@ public final class Client {
     private static PrintStream proto;
 
     /** The worker's open must be answered within 10 s; leave room for the answer. */
-    private static final long CONNECT_WAIT_MS = 8000;
+    private static final long CONNECT_WAIT_MS = 6000;
 
     /**
      * InterProcessMutex keeps the node it created to itself; its protected
