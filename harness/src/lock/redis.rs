@@ -250,6 +250,14 @@ impl RedisClient {
             }
         });
         let answers = futures_util::future::join_all(calls).await;
+        // A call that failed or timed out leaves its connection unusable (a dead
+        // instance, or a reply still owed on a multiplexed connection): opened
+        // again on the next attempt.
+        for (i, a) in answers.iter().enumerate() {
+            if a.is_none() {
+                self.cons[i] = None;
+            }
+        }
         let granted = answers.iter().filter(|a| a.is_some_and(|t| t >= 0)).count();
         (granted, start.elapsed())
     }
