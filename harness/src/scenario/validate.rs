@@ -309,14 +309,6 @@ fn redis_rules(
             ))
         }
     }
-    if svc == ServiceKind::Redlock && s.storage.token == TokenName::Counter {
-        return Err(err(
-            "token",
-            "storage.token = \"counter\" on redlock is not implemented yet (a counter on one \
-             instance); expected owner or none"
-                .into(),
-        ));
-    }
     Ok(())
 }
 
