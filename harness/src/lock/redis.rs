@@ -244,11 +244,7 @@ impl RedisClient {
     /// One Redlock attempt: the script on every master at once. Returns how many
     /// granted, how long it took, and the first instance's counter if it granted
     /// (the INCR runs there only).
-    async fn redlock_attempt(
-        &mut self,
-        name: &str,
-        owner: &str,
-    ) -> (usize, Duration, Option<i64>) {
+    async fn redlock_attempt(&mut self, name: &str, owner: &str) -> (usize, Duration, Option<i64>) {
         let start = Instant::now();
         let (key, tkey) = (lock_key(name), format!("{TOKEN_PREFIX}{name}"));
         let limit = self.instance_timeout();

@@ -261,7 +261,9 @@ pub fn deploy(s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>
     Ok(match s.lock.service {
         ServiceKind::Etcd => Box::new(etcd::EtcdDeploy::find(s.etcd_version(), say)?),
         ServiceKind::Zookeeper => Box::new(zookeeper::ZkDeploy::find(say)?),
-        ServiceKind::Redis | ServiceKind::Redlock => Box::new(redis::RedisDeploy::find(say)?.with_clock_jumps(s, say)?),
+        ServiceKind::Redis | ServiceKind::Redlock => {
+            Box::new(redis::RedisDeploy::find(say)?.with_clock_jumps(s, say)?)
+        }
     })
 }
 

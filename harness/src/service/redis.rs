@@ -111,7 +111,10 @@ impl RedisDeploy {
                     shim.display()
                 );
             }
-            say(&format!("clockshim under every instance ({})", shim.display()));
+            say(&format!(
+                "clockshim under every instance ({})",
+                shim.display()
+            ));
             Some(shim)
         } else {
             None
