@@ -358,6 +358,33 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
         );
     }
     let dir = tempfile::tempdir().expect("tmp");
+    // Through the binary: a clock jump on etcd, and on the docker backend (refused
+    // at the fault line, or — while Redis has no docker deployment — at the
+    // backend line): exit 2 with file:line either way.
+    let etcd = dir.path().join("etcd-jump.toml");
+    std::fs::write(&etcd, cases[5].0).expect("write");
+    let o = bin().arg("validate").arg(&etcd).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("etcd-jump.toml:3") && err.contains("clock-jump"),
+        "{err}"
+    );
+    let docker = dir.path().join("docker-jump.toml");
+    std::fs::write(
+        &docker,
+        "name = \"x\"\n[cluster]\nbackend = \"docker\"\n[lock]\nservice = \"redis\"\n\
+         [storage]\ntoken = \"counter\"\n[[fault]]\nkind = \"clock-jump\"\n\
+         target = \"member:0\"\nat = \"2s\"\nby = \"5s\"\n",
+    )
+    .expect("write");
+    let o = bin().arg("validate").arg(&docker).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("docker-jump.toml:9") || err.contains("docker-jump.toml:3"),
+        "{err}"
+    );
     let path = dir.path().join("even.toml");
     std::fs::write(&path, cases[1].0).expect("write");
     let o = bin().arg("scenario").arg(&path).output().expect("run");
