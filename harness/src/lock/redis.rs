@@ -353,9 +353,13 @@ impl RedisClient {
 
     /// Renews the key every TTL/3 until it is found gone (the session is then
     /// lost) or no renewal has succeeded for a whole TTL (the key has expired by
-    /// then whatever happened to it).
+    /// then whatever happened to it). After a failed call the connection is
+    /// opened again: a multiplexed connection matches replies to requests in
+    /// order, so one request lost on the way (a partition drops bytes) would hand
+    /// every later request the reply meant for the one before.
     fn start_renewal(&mut self, mut con: MultiplexedConnection, key: String, owner: String) {
         let (ttl, lost) = (self.ttl, self.lost.clone());
+        let endpoint = self.endpoints[0].clone();
         let mark = move |why: &str| {
             lost.send_if_modified(|v| {
                 if v.is_some() {
@@ -381,7 +385,11 @@ impl RedisClient {
                         mark("no renewal succeeded for a whole TTL");
                         return;
                     }
-                    Err(_) => {}
+                    Err(_) => {
+                        if let Ok(Ok(c)) = tokio::time::timeout(ttl / 3, connect(&endpoint)).await {
+                            con = c;
+                        }
+                    }
                 }
             }
         }));
