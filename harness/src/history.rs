@@ -71,6 +71,7 @@ pub enum F {
     Delay,
     Partition,
     Kill,
+    ClockJump,
     /// Heal phase: the final read of a key by a fresh client.
     FinalRead,
 }

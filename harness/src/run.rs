@@ -364,6 +364,7 @@ fn start_workers(
                 endpoints: links.service_endpoints(id),
                 ttl: s.lock.ttl,
                 worker: id,
+                token: s.storage.token.mode(),
             },
             storage_url: format!(
                 "{}{}",

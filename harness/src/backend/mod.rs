@@ -194,6 +194,14 @@ impl Backend {
     /// Cuts members off from the others (`on`) or lets them back. The process
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.
+    /// The clock-offset file clockshim reads under member `i` (clock-jump).
+    pub fn clock_file(&self, i: usize) -> Result<std::path::PathBuf> {
+        match self {
+            Backend::Process(b) => b.clock_file(i),
+            Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
+        }
+    }
+
     pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
         match self {
             Backend::Process(_) => {

@@ -33,6 +33,14 @@ pub struct ClientConfig {
     /// worker a session belongs to (etcd: an owner key on the lease; ZooKeeper: an
     /// ephemeral owner node of the session).
     pub worker: u32,
+    /// The token the worker will send: Redlock takes its `counter` from the first
+    /// instance and is held only with that instance's grant.
+    #[serde(default = "no_token")]
+    pub token: TokenMode,
+}
+
+fn no_token() -> TokenMode {
+    TokenMode::None
 }
 
 /// An open session: etcd a lease kept alive every TTL/3, ZooKeeper a session.

@@ -309,14 +309,6 @@ fn redis_rules(
             ))
         }
     }
-    if svc == ServiceKind::Redlock && s.storage.token == TokenName::Counter {
-        return Err(err(
-            "token",
-            "storage.token = \"counter\" on redlock is not implemented yet (a counter on one \
-             instance); expected owner or none"
-                .into(),
-        ));
-    }
     Ok(())
 }
 
@@ -354,6 +346,7 @@ fn fault_rules(
         }
         FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
         FaultKind::Kill => t.is_members() || t == Target::Storage,
+        FaultKind::ClockJump => t.is_members(),
     };
     if !ok_target {
         let want = match f.kind {
@@ -372,6 +365,9 @@ fn fault_rules(
             FaultKind::Kill => {
                 "a member target (leader, member:N, all-members, majority, minority, \
                  random-members) or storage"
+            }
+            FaultKind::ClockJump => {
+                "a member target (member:N, all-members, majority, minority, random-members)"
             }
         };
         return Err(ferr(
@@ -394,6 +390,24 @@ fn fault_rules(
             "latency",
             "`latency` goes only with kind = \"delay\"".into(),
         ));
+    }
+    match (f.kind, f.by) {
+        (FaultKind::ClockJump, None) => {
+            return Err(ferr(
+                "kind",
+                "a clock-jump needs `by` (how far the clock steps forward, e.g. \"10s\")".into(),
+            ))
+        }
+        (FaultKind::ClockJump, Some(by)) if by < Duration::from_millis(1) => {
+            return Err(ferr("by", "`by` must be at least 1ms".into()))
+        }
+        (FaultKind::ClockJump, _) | (_, None) => {}
+        (_, Some(_)) => {
+            return Err(ferr(
+                "by",
+                "`by` goes only with kind = \"clock-jump\"".into(),
+            ))
+        }
     }
     if f.kind != FaultKind::Kill && f.restart_after.is_some() {
         return Err(ferr(

@@ -35,6 +35,15 @@ use crate::scenario::{Persistence, Scenario, ServiceKind};
 /// Bounds every call the harness makes to an instance.
 const CALL: Duration = Duration::from_secs(2);
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
+/// The variable naming the clock-offset file clockshim reads (`clockshim/`).
+pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
+
+/// clockshim, as `ci/bootstrap.sh` builds it into the cache.
+pub fn clockshim_path() -> PathBuf {
+    crate::etcd::cache_dir()
+        .join("clockshim")
+        .join("libclockshim.so")
+}
 
 /// Deletes every lock key (KEYS) whose owner belongs to session ARGV[1], and
 /// publishes each deletion; returns how many.
@@ -56,6 +65,9 @@ return n
 
 pub struct RedisDeploy {
     version: String,
+    /// clockshim, when the scenario steps a clock: preloaded into every instance
+    /// (so any member can be the target, and a restarted one keeps its clock).
+    clockshim: Option<PathBuf>,
 }
 
 impl RedisDeploy {
@@ -78,7 +90,37 @@ impl RedisDeploy {
             .with_context(|| format!("cannot read redis-server's version from {text:?}"))?
             .to_string();
         say(&format!("redis-server {version} ({REDIS_SERVER})"));
-        Ok(RedisDeploy { version })
+        Ok(RedisDeploy {
+            version,
+            clockshim: None,
+        })
+    }
+
+    /// With clockshim under every instance when the scenario steps a clock.
+    pub fn with_clock_jumps(mut self, s: &Scenario, say: &dyn Fn(&str)) -> Result<RedisDeploy> {
+        let jumps = s
+            .faults
+            .iter()
+            .any(|f| f.kind == crate::scenario::FaultKind::ClockJump);
+        let clockshim = if jumps {
+            let shim = clockshim_path();
+            if !shim.is_file() {
+                bail!(
+                    "clock-jump needs clockshim at {}: run ci/bootstrap.sh (it builds \
+                     clockshim/clockshim.c with cc)",
+                    shim.display()
+                );
+            }
+            say(&format!(
+                "clockshim under every instance ({})",
+                shim.display()
+            ));
+            Some(shim)
+        } else {
+            None
+        };
+        self.clockshim = clockshim;
+        Ok(self)
     }
 }
 
@@ -120,11 +162,20 @@ impl ServiceDeploy for RedisDeploy {
             let cfg_path = run_dir.join(format!("redis-{i}.conf"));
             std::fs::write(&cfg_path, instance_config(a.client, &data, persistence))
                 .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+            // The offset file starts at 0 (no step yet); the nemesis rewrites it.
+            let mut env = Vec::new();
+            if let Some(shim) = &self.clockshim {
+                let clock = run_dir.join(format!("redis-{i}.clock-offset-ns"));
+                std::fs::write(&clock, "0\n")
+                    .with_context(|| format!("cannot write {}", clock.display()))?;
+                env.push(("LD_PRELOAD".to_string(), shim.display().to_string()));
+                env.push((CLOCK_OFFSET_ENV.to_string(), clock.display().to_string()));
+            }
             members.push(ProcessMember {
                 name: format!("redis {i}"),
                 program: PathBuf::from(REDIS_SERVER),
                 args: vec![cfg_path.display().to_string()],
-                env: Vec::new(),
+                env,
                 log: crate::rundir::member_log(run_dir, "redis", i),
             });
         }
@@ -333,6 +384,32 @@ impl LockService for RedisService {
             "deleted_per_instance": deleted,
             "errors": errors,
         }))
+    }
+
+    async fn member_time_us(&self, i: usize) -> Result<i64> {
+        if i >= self.clients.len() {
+            bail!("no Redis instance {i}");
+        }
+        let mut c = self.con(i).await?;
+        let res = tokio::time::timeout(
+            CALL,
+            redis::cmd("TIME").query_async::<(String, String)>(&mut c),
+        )
+        .await;
+        let (secs, micros) = match res {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                self.forget(i).await;
+                return Err(e).context("TIME");
+            }
+            Err(_) => {
+                self.forget(i).await;
+                bail!("Redis instance {i} did not answer TIME in time");
+            }
+        };
+        let secs: i64 = secs.parse().context("TIME seconds")?;
+        let micros: i64 = micros.parse().context("TIME microseconds")?;
+        Ok(secs * 1_000_000 + micros)
     }
 
     async fn observe(
