@@ -3,14 +3,21 @@
 //! that lease, and the grant is the lock key's CreateRevision, read right after
 //! `Lock` (a missing key means the lock was already lost: etcd 3.4 can answer
 //! `Lock` after the lease expired).
+//!
+//! With `behaviour = "naive"` (Jepsen's 2020 lock-set client) two checks go:
+//! the grant is trusted as `Lock` answers it — the key is looked up only to record
+//! its CreateRevision, never to refuse it — and the connection has no HTTP/2
+//! keepalive, so a `Lock` sent to a member that stopped answering (paused,
+//! partitioned) waits for it instead of failing after 2 s. The lease keepalive is
+//! the same in both: what differs is that the naive worker ignores its verdict.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions, LockOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, LockOptions, PutOptions};
 use tokio::sync::watch;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
+use super::{Acquire, Behaviour, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// etcd key of the lock that guards storage key `key`.
 pub fn lock_name(key: &str) -> String {
@@ -31,15 +38,20 @@ pub struct EtcdClient {
     etcd: Client,
     ttl: Duration,
     worker: u32,
+    behaviour: Behaviour,
     lease: Option<i64>,
     keepalive: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl EtcdClient {
     pub async fn connect(cfg: &ClientConfig) -> Result<EtcdClient> {
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        let mut opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        // HTTP/2 pings every second, the connection given up after 2 s without an
+        // answer: this is what aborts a `Lock` waiting on a frozen member. Jepsen's
+        // client had no such thing; the naive one waits.
+        if cfg.behaviour == Behaviour::Careful {
+            opts = opts.with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        }
         let endpoints: Vec<String> = cfg
             .endpoints
             .iter()
@@ -52,6 +64,7 @@ impl EtcdClient {
             etcd,
             ttl: cfg.ttl,
             worker: cfg.worker,
+            behaviour: cfg.behaviour,
             lease: None,
             keepalive: None,
         })
@@ -60,6 +73,27 @@ impl EtcdClient {
     fn stop_keepalive(&mut self) {
         if let Some(k) = self.keepalive.take() {
             k.abort();
+        }
+    }
+}
+
+impl EtcdClient {
+    /// The naive client's grant, for the record only: the lock key's
+    /// CreateRevision as it stood when `Lock` answered (a read at the answer's
+    /// revision, so a key deleted since — the lease gone — still gives it). When
+    /// even then the key is missing (etcd 3.4 answered `Lock` after the lease had
+    /// expired) or the read fails, the answer's own revision stands in: later
+    /// than the key's creation, so only approximately the grant's place (the
+    /// service's record, `service.jsonl`, has the key's own). The client trusts
+    /// the grant either way, as Jepsen's did.
+    async fn grant_as_answered(&mut self, lock_key: &[u8], answered_at: i64) -> i64 {
+        let opts = (answered_at > 0).then(|| GetOptions::new().with_revision(answered_at));
+        match tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key.to_vec(), opts)).await {
+            Ok(Ok(r)) => r
+                .kvs()
+                .first()
+                .map_or(answered_at, |kv| kv.create_revision()),
+            _ => answered_at,
         }
     }
 }
@@ -106,12 +140,15 @@ impl LockClient for EtcdClient {
                 told: None,
             };
         };
-        let lock_key = match self
+        let (lock_key, answered_at) = match self
             .etcd
             .lock(lock_name(name), Some(LockOptions::new().with_lease(lease)))
             .await
         {
-            Ok(resp) => resp.key().to_vec(),
+            Ok(resp) => (
+                resp.key().to_vec(),
+                resp.header().map_or(0, |h| h.revision()),
+            ),
             Err(err) => {
                 return Acquire::Failed {
                     error: format!("lock: {err}"),
@@ -121,6 +158,15 @@ impl LockClient for EtcdClient {
             }
         };
         let id = String::from_utf8_lossy(&lock_key).into_owned();
+        if self.behaviour == Behaviour::Naive {
+            let grant = self.grant_as_answered(&lock_key, answered_at).await;
+            return Acquire::Granted(Granted {
+                grant,
+                session: lease,
+                id,
+                counter: None,
+            });
+        }
         // The grant is the lock key's CreateRevision; a missing key means the lock
         // was already lost (etcd 3.4 can answer Lock after the lease expired).
         let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key, None)).await;

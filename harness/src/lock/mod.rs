@@ -33,6 +33,40 @@ pub struct ClientConfig {
     /// worker a session belongs to (etcd: an owner key on the lease; ZooKeeper: an
     /// ephemeral owner node of the session).
     pub worker: u32,
+    /// How the client treats grants and session loss (`[workload] behaviour`).
+    #[serde(default)]
+    pub behaviour: Behaviour,
+}
+
+/// How a worker treats what its lock client tells it: a scenario choice, so the
+/// same faults can be run against a client that checks and one that trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Behaviour {
+    /// fencecheck's own client: checks every grant against the service (etcd: the
+    /// lock key still exists after `Lock`), aborts a call to a member that stopped
+    /// answering, and opens a new session as soon as the old one is lost.
+    #[default]
+    Careful,
+    /// Jepsen's 2020 lock-set client: trusts every grant the service answers,
+    /// ignores session loss, keeps writing until its hold ends, and opens a new
+    /// session only once an acquisition fails.
+    Naive,
+}
+
+impl Behaviour {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behaviour::Careful => "careful",
+            Behaviour::Naive => "naive",
+        }
+    }
+}
+
+impl std::fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// An open session: etcd a lease kept alive every TTL/3, ZooKeeper a session.
