@@ -75,28 +75,47 @@ impl EtcdClient {
             k.abort();
         }
     }
-}
 
-impl EtcdClient {
     /// The naive client's grant, for the record only: the lock key's
-    /// CreateRevision as it stood when `Lock` answered (a read at the answer's
-    /// revision, so a key deleted since — the lease gone — still gives it). When
-    /// even then the key is missing (etcd 3.4 answered `Lock` after the lease had
-    /// expired) or the read fails, the answer's own revision stands in: later
-    /// than the key's creation, so only approximately the grant's place (the
-    /// service's record, `service.jsonl`, has the key's own). The client trusts
-    /// the grant either way, as Jepsen's did.
+    /// CreateRevision as of the revision `Lock` answered at. When the key is gone
+    /// by then (etcd 3.4 answered `Lock` after the lease had expired, and the key
+    /// went with it), the incarnation it answered for is the last one before: the
+    /// key is read at the revisions just before the answer until it shows up (a
+    /// lock key names its lease, so a session's holds reuse the name; the
+    /// history is never compacted). The client trusts the grant either way, as
+    /// Jepsen's did; if none is found, the answer's revision stands in (later than
+    /// the key's creation, so only roughly its place).
     async fn grant_as_answered(&mut self, lock_key: &[u8], answered_at: i64) -> i64 {
-        let opts = (answered_at > 0).then(|| GetOptions::new().with_revision(answered_at));
-        match tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key.to_vec(), opts)).await {
-            Ok(Ok(r)) => r
-                .kvs()
-                .first()
-                .map_or(answered_at, |kv| kv.create_revision()),
-            _ => answered_at,
+        if answered_at <= 0 {
+            return self.created_at(lock_key, None).await.unwrap_or(0);
         }
+        let search = async {
+            let oldest = (answered_at - LOOK_BACK).max(1);
+            for rev in (oldest..=answered_at).rev() {
+                if let Some(created) = self.created_at(lock_key, Some(rev)).await {
+                    return Some(created);
+                }
+            }
+            None
+        };
+        tokio::time::timeout(RPC_TIMEOUT, search)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(answered_at)
+    }
+
+    /// The CreateRevision of `key` as of `rev` (now when `None`), if it existed.
+    async fn created_at(&mut self, key: &[u8], rev: Option<i64>) -> Option<i64> {
+        let opts = rev.map(|r| GetOptions::new().with_revision(r));
+        let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(key.to_vec(), opts)).await;
+        got.ok()?.ok()?.kvs().first().map(|kv| kv.create_revision())
     }
 }
+
+/// How many revisions before `Lock`'s answer the naive client looks for its lock
+/// key: the lease revocations that freed it are a few revisions, one per lease.
+const LOOK_BACK: i64 = 64;
 
 #[async_trait::async_trait]
 impl LockClient for EtcdClient {
