@@ -28,6 +28,10 @@ fn run_kept(name: &str, behaviour: &str) -> (tempfile::TempDir, Value) {
         r["run"]
     );
     assert_eq!(r["run"]["behaviour"], behaviour, "{name}");
+    // Every grant a worker recorded is one the harness saw etcd make (the naive
+    // client's too, though it never checks them).
+    assert_eq!(r["problems"], serde_json::json!([]), "{name}");
+    assert_eq!(n(&r["checks"]["token"]["unverified"]), 0, "{name}");
     // Three pauses of the member, each ended (SIGCONT) by the nemesis.
     let pauses = faults_of(&r, "pause");
     assert_eq!(pauses.len(), 3, "{}", r["faults"]);
