@@ -322,6 +322,7 @@ fn write_run_info(
         ttl_s: s.lock.ttl.as_secs(),
         fencing: s.storage.fencing.as_str().to_string(),
         token: s.storage.token.as_str().to_string(),
+        behaviour: s.workload.behaviour.as_str().to_string(),
         resource: match s.storage.kind {
             StorageKind::Fencecheck => format!("fencecheck ({})", s.storage.durability.as_str()),
             StorageKind::Http => format!("http {}", s.storage.url.as_deref().unwrap_or_default()),
@@ -365,6 +366,7 @@ fn start_workers(
                 ttl: s.lock.ttl,
                 worker: id,
                 token: s.storage.token.mode(),
+                behaviour: s.workload.behaviour,
             },
             storage_url: format!(
                 "{}{}",

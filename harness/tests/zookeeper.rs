@@ -124,6 +124,7 @@ impl Ensemble {
             ttl: Duration::from_secs(2),
             worker,
             token: fencecheck::scenario::TokenMode::Grant,
+            behaviour: Default::default(),
         };
         let mut c = ZkClient::connect(&cfg).await.expect("client");
         let s = c.open_session().await.expect("session");
@@ -309,6 +310,7 @@ async fn three_members_through_proxies_survive_a_leader_kill() {
         ttl: Duration::from_secs(4),
         worker: 7,
         token: fencecheck::scenario::TokenMode::Grant,
+        behaviour: Default::default(),
     };
     let mut c = ZkClient::connect(&cfg).await.unwrap();
     let s = c.open_session().await.unwrap();

@@ -392,6 +392,10 @@ pub struct Workload {
     pub ops_per_hold: u32,
     #[serde(default = "defaults::hold")]
     pub hold: DurationRange,
+    /// fencecheck's own worker: `careful` (default) or `naive` (Jepsen's 2020
+    /// lock-set client), see `crate::lock::Behaviour`.
+    #[serde(default)]
+    pub behaviour: crate::lock::Behaviour,
 }
 
 impl Default for Workload {
@@ -401,6 +405,7 @@ impl Default for Workload {
             keys: defaults::keys(),
             ops_per_hold: defaults::ops_per_hold(),
             hold: defaults::hold(),
+            behaviour: Default::default(),
         }
     }
 }
