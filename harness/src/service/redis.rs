@@ -80,6 +80,11 @@ impl RedisDeploy {
         say(&format!("redis-server {version} ({REDIS_SERVER})"));
         Ok(RedisDeploy { version })
     }
+
+    /// e.g. "7.0.15" (the docker backend tags its image with it).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
 }
 
 /// Instance `i`'s config. `appendfsync always` fsyncs before the reply, so every
