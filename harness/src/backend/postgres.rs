@@ -1,7 +1,9 @@
 //! PostgreSQL 15 as the fenced resource on the process backend: `initdb` in the
 //! run directory (`pg.data`), `postgres` on a loopback address and a free port,
 //! the tables, crash and restart, and the export of the log table to
-//! `storage.jsonl` (the file every checker reads).
+//! `storage.jsonl` (the file every checker reads). The settings, the readiness
+//! probe, the tables and the export serve the docker backend's PostgreSQL
+//! container too (`docker/storage.rs`).
 //!
 //! PostgreSQL refuses to run as root, so `initdb` and `postgres` are started
 //! directly as the `postgres` user (uid/gid set in the spawn, no `su` in between):
