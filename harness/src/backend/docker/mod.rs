@@ -86,7 +86,8 @@ pub struct DockerBackend {
     network: String,
     peer_network: String,
     members: Vec<Member>,
-    storage: Storage,
+    /// Boxed: its container spec is large, and `Backend` holds either backend.
+    storage: Box<Storage>,
     /// Services frozen by `pause` and not yet resumed.
     paused: HashSet<Service>,
     /// Members cut off from the peer network.
@@ -185,7 +186,7 @@ impl DockerBackend {
             network: network::CLIENT_NETWORK.to_string(),
             peer_network: format!("{prefix}-peers"),
             members: members.into_iter().map(Member::new).collect(),
-            storage,
+            storage: Box::new(storage),
             paused: HashSet::new(),
             isolated: HashSet::new(),
             guard: CleanupGuard::new(&run_id),
