@@ -50,9 +50,6 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
         ));
     }
     storage_rules(s, &err)?;
-    if let Some(why) = storage_unavailable(s, s.cluster.backend) {
-        return Err(err(storage_key(s), why));
-    }
     let raw = raw_targets(text);
     for i in 0..s.faults.len() {
         let raw_target = raw.get(i).and_then(Option::as_deref);
@@ -117,28 +114,6 @@ pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
         path = format!("{path}?{q}");
     }
     Ok((host, port, path))
-}
-
-/// The `[storage]` line a backend refusal points at.
-fn storage_key(s: &Scenario) -> &'static str {
-    match s.storage.kind {
-        StorageKind::Postgres => "kind",
-        _ => "durability",
-    }
-}
-
-/// What of `[storage]` the backend cannot honour. The docker backend's storage
-/// container is started with its fencing mode alone, so it would silently run
-/// `flush`: refused rather than reported as fsync.
-fn storage_unavailable(s: &Scenario, backend: BackendKind) -> Option<String> {
-    if backend == BackendKind::Docker && s.storage.kind == StorageKind::Postgres {
-        return Some(super::pg::docker_unavailable());
-    }
-    (backend == BackendKind::Docker && s.storage.durability == Durability::Fsync).then(|| {
-        "storage.durability = \"fsync\" is honoured on the process backend only (the docker \
-         backend's storage runs with flush); use backend = \"process\""
-            .to_string()
-    })
 }
 
 /// The service, its version, its TTL and its token names.
@@ -481,13 +456,6 @@ pub fn check_backend(
     text: &str,
     file: &str,
 ) -> Result<(), ScenarioError> {
-    if let Some(why) = storage_unavailable(s, backend) {
-        return Err(ScenarioError {
-            file: file.to_string(),
-            line: line_of_key(text, storage_key(s)),
-            message: why,
-        });
-    }
     for (i, f) in s.faults.iter().enumerate() {
         if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
         {

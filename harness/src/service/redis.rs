@@ -122,6 +122,11 @@ impl RedisDeploy {
         self.clockshim = clockshim;
         Ok(self)
     }
+
+    /// e.g. "7.0.15" (the docker backend tags its image with it).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
 }
 
 /// Instance `i`'s config. `appendfsync always` fsyncs before the reply, so every
