@@ -24,6 +24,7 @@ use crate::resource::FencedResource;
 use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
 use crate::service::{self, observe::ObservationWriter, LockService};
+use crate::lock::external::ExternalConfig;
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.
@@ -364,6 +365,13 @@ fn start_workers(
                 endpoints: links.service_endpoints(id),
                 ttl: s.lock.ttl,
                 worker: id,
+                behaviour: s.client.as_ref().map(|c| c.behaviour).unwrap_or_default(),
+                external: s.client.as_ref().map(|c| ExternalConfig {
+                    command: c.command.clone(),
+                    token: c.token.clone(),
+                    no_token: s.storage.token == crate::scenario::TokenName::None,
+                    log: rundir::client_log(&run.dir, id),
+                }),
             },
             storage_url: format!(
                 "{}{}",

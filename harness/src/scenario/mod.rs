@@ -13,12 +13,14 @@ use serde::{Deserialize, Serialize};
 
 pub use fencecheck_storage::{Durability, Fencing};
 
+mod client;
 mod expect;
 mod fault;
 mod locate;
 mod pg;
 mod validate;
 
+pub use client::Client;
 pub use expect::{Count, Expect};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
@@ -52,6 +54,9 @@ pub struct Scenario {
     pub storage: Storage,
     #[serde(default)]
     pub workload: Workload,
+    /// The user's lock client (`docs/client-protocol.md`); unset: fencecheck's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<Client>,
     #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
     #[serde(default)]
@@ -514,7 +519,7 @@ impl Scenario {
 
     /// Parses and validates scenario text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-        let sc: Scenario = toml::from_str(text).map_err(|e| {
+        let mut sc: Scenario = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| validate::line_of_offset(text, s.start));
             ScenarioError {
                 file: file.to_string(),
@@ -523,6 +528,7 @@ impl Scenario {
             }
         })?;
         validate::validate(&sc, text, file)?;
+        client::resolve(&mut sc, text, file)?;
         Ok(sc)
     }
 

@@ -1,0 +1,600 @@
+//! An external lock client (`[client]`): the user's adapter program around a lock
+//! library, started as this worker's child and spoken to over JSON lines
+//! (`docs/client-protocol.md`; the lines themselves are in [`wire`]).
+//!
+//! The child runs **in the worker's process group** (no `process_group` call:
+//! it inherits the worker's, which is its own), so a pause of the holder stops
+//! the library with the worker, as a GC pause would; `PR_SET_PDEATHSIG` and an
+//! explicit kill at the end make sure it never outlives the worker.
+//!
+//! Nothing the client does can hang or crash the worker: every request but
+//! `acquire` has a timeout counted in running time (a SIGSTOP of the whole group
+//! does not count against it), after which the request is unknown and the child
+//! is replaced; every line is checked, and a broken rule is a [`ClientError`] the
+//! worker records before it ends.
+
+mod owner;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, watch};
+
+use super::{Acquire, ClientConfig, Granted, LockClient, Session};
+use wire::Incoming;
+
+/// How long a client has to say hello (a JVM needs a few seconds).
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// `open`, `release`, `close`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[client]` as a worker needs it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExternalConfig {
+    /// argv, `command[0]` resolved.
+    pub command: Vec<String>,
+    /// Which token of the answer is sent (`[client] token`).
+    pub token: String,
+    /// Send no token at all (`[storage] token = "none"`).
+    #[serde(default)]
+    pub no_token: bool,
+    /// Where the client's stderr goes.
+    pub log: PathBuf,
+}
+
+/// A broken protocol rule: what, and the offending line (truncated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientError {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(l) = &self.line {
+            write!(f, ": {l}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the reader task passes on from the client's stdout.
+enum FromClient {
+    Hello(String),
+    Answer(wire::Answer),
+    Broken(ClientError),
+    Closed,
+}
+
+/// The sender of the current session's `lost` flag, shared with the reader task.
+type LostSlot = Arc<Mutex<Option<watch::Sender<Option<String>>>>>;
+
+/// One running child.
+struct Proc {
+    child: Child,
+    stdin: ChildStdin,
+    from: mpsc::UnboundedReceiver<FromClient>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.reader.abort();
+        let _ = self.child.start_kill();
+    }
+}
+
+pub struct ExternalClient {
+    cfg: ClientConfig,
+    ext: ExternalConfig,
+    proc: Option<Proc>,
+    next_id: u64,
+    /// A request was sent and its answer not read (an `acquire` the worker gave
+    /// up on at the run's end): the child cannot take another one.
+    busy: bool,
+    error: Option<ClientError>,
+    notices: Vec<ClientError>,
+    lost: LostSlot,
+    session: i64,
+    owners: owner::Owners,
+    last_grant: Option<super::GrantDetail>,
+    pub library: String,
+}
+
+/// Awaits `fut` for up to `limit` of **running** time: a stretch in which the
+/// worker was stopped (its whole process group, the client included) counts as
+/// at most half a second, so a pause never makes a request time out on its own.
+async fn running_timeout<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    tokio::pin!(fut);
+    let step = Duration::from_millis(100);
+    let mut counted = Duration::ZERO;
+    loop {
+        let t0 = tokio::time::Instant::now();
+        tokio::select! {
+            biased;
+            v = &mut fut => return Some(v),
+            _ = tokio::time::sleep(step) => {}
+        }
+        counted += t0.elapsed().min(step * 5);
+        if counted >= limit {
+            return None;
+        }
+    }
+}
+
+enum CallError {
+    /// The client answered `ok: false`.
+    Failed(String),
+    /// No answer in time: it may or may not have happened; the child was replaced.
+    Unknown(String),
+    /// A broken rule (recorded in `self.error`).
+    Client(String),
+}
+
+impl ExternalClient {
+    /// Starts the child and reads its hello. A client that cannot start or
+    /// breaks a rule is not an `Err` here: it is [`LockClient::client_error`],
+    /// which the worker records.
+    pub async fn start(cfg: &ClientConfig, ext: &ExternalConfig) -> Result<ExternalClient> {
+        let mut c = ExternalClient {
+            cfg: cfg.clone(),
+            ext: ext.clone(),
+            proc: None,
+            next_id: 0,
+            busy: false,
+            error: None,
+            notices: Vec::new(),
+            lost: Arc::new(Mutex::new(None)),
+            session: 0,
+            owners: owner::Owners::new(cfg),
+            last_grant: None,
+            library: String::new(),
+        };
+        c.spawn().await;
+        Ok(c)
+    }
+
+    fn fail(&mut self, e: ClientError) -> String {
+        tracing::error!("client error: {e}");
+        let text = e.to_string();
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+        self.proc = None;
+        text
+    }
+
+    /// Spawns the child and waits for its hello; a failure sets `self.error`.
+    async fn spawn(&mut self) {
+        self.busy = false;
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&self.ext.log);
+        let log = match log {
+            Ok(f) => f,
+            Err(e) => {
+                self.fail(ClientError {
+                    message: format!("cannot open {}: {e}", self.ext.log.display()),
+                    line: None,
+                });
+                return;
+            }
+        };
+        let Some((program, args)) = self.ext.command.split_first() else {
+            self.fail(ClientError {
+                message: "empty client command".into(),
+                line: None,
+            });
+            return;
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args)
+            .env("FENCECHECK_WORKER", self.cfg.worker.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe and touches only the child.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                self.fail(ClientError {
+                    message: format!("cannot start client {program}: {e}"),
+                    line: None,
+                });
+                return;
+            }
+        };
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            self.fail(ClientError {
+                message: "client started without pipes".into(),
+                line: None,
+            });
+            return;
+        };
+        let (tx, from) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_lines(stdout, tx, self.lost.clone()));
+        self.proc = Some(Proc {
+            child,
+            stdin,
+            from,
+            reader,
+        });
+        let hello = {
+            let Some(p) = self.proc.as_mut() else { return };
+            running_timeout(HELLO_TIMEOUT, p.from.recv()).await
+        };
+        match hello {
+            Some(Some(FromClient::Hello(lib))) => {
+                tracing::info!("client {} says hello: {lib}", program);
+                self.library = lib;
+            }
+            Some(Some(FromClient::Broken(e))) => {
+                self.fail(e);
+            }
+            Some(Some(FromClient::Answer(a))) => {
+                self.fail(ClientError {
+                    message: "not a protocol line (expected the hello first)".into(),
+                    line: Some(a.line),
+                });
+            }
+            Some(Some(FromClient::Closed) | None) => {
+                let e = self.exited().await;
+                self.fail(e);
+            }
+            None => {
+                self.fail(ClientError {
+                    message: format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
+                    line: None,
+                });
+            }
+        }
+    }
+
+    /// The client closed its stdout: how it exited, with its last stderr line.
+    async fn exited(&mut self) -> ClientError {
+        let status = match self.proc.as_mut() {
+            Some(p) => match tokio::time::timeout(Duration::from_secs(2), p.child.wait()).await {
+                Ok(Ok(s)) => s.to_string(),
+                Ok(Err(e)) => format!("unknown: {e}"),
+                Err(_) => "stdout closed, still running; killed".into(),
+            },
+            None => "unknown".into(),
+        };
+        let last = std::fs::read_to_string(&self.ext.log)
+            .ok()
+            .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(wire::truncate));
+        ClientError {
+            message: format!("client exited ({status})"),
+            line: last.map(|l| format!("last stderr line: {l}")),
+        }
+    }
+
+    /// Kills the child, tells the session it is gone, and starts a new child.
+    async fn restart(&mut self, why: &str) {
+        self.proc = None;
+        self.mark_lost(why);
+        self.spawn().await;
+    }
+
+    fn mark_lost(&mut self, why: &str) {
+        if let Ok(mut slot) = self.lost.lock() {
+            if let Some(tx) = slot.take() {
+                let _ = tx.send(Some(why.to_string()));
+            }
+        }
+    }
+
+    /// Sends one request and reads its answer; `limit` None waits as long as
+    /// the caller does.
+    async fn call(
+        &mut self,
+        op: &str,
+        fields: Value,
+        limit: Option<Duration>,
+    ) -> Result<Map<String, Value>, CallError> {
+        if let Some(e) = &self.error {
+            return Err(CallError::Client(e.to_string()));
+        }
+        if self.busy || self.proc.is_none() {
+            self.restart("client restarted").await;
+            if let Some(e) = &self.error {
+                return Err(CallError::Client(e.to_string()));
+            }
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = wire::request(id, op, fields) + "\n";
+        let Some(p) = self.proc.as_mut() else {
+            return Err(CallError::Client("no client".into()));
+        };
+        if p.stdin.write_all(line.as_bytes()).await.is_err() || p.stdin.flush().await.is_err() {
+            let e = self.exited().await;
+            return Err(CallError::Client(self.fail(e)));
+        }
+        self.busy = true;
+        let got = match limit {
+            Some(l) => running_timeout(l, p.from.recv()).await,
+            None => Some(p.from.recv().await),
+        };
+        self.busy = false;
+        match got {
+            None => {
+                let what = format!(
+                    "client did not answer `{op}` (id {id}) within {} s; restarted it",
+                    limit.unwrap_or_default().as_secs()
+                );
+                tracing::warn!("{what}");
+                self.notices.push(ClientError {
+                    message: what.clone(),
+                    line: Some(wire::truncate(&line)),
+                });
+                self.restart("client restarted after an unanswered request")
+                    .await;
+                Err(CallError::Unknown(what))
+            }
+            Some(Some(FromClient::Answer(a))) if a.id == id => match a.result.clone() {
+                Ok(m) => Ok(m),
+                Err(error) => {
+                    // A field-less answer is kept for grant parsing below.
+                    Err(CallError::Failed(error))
+                }
+            }
+            .map(|mut m| {
+                m.insert("__line".into(), Value::String(a.line.clone()));
+                m
+            }),
+            Some(Some(FromClient::Answer(a))) => Err(CallError::Client(self.fail(ClientError {
+                message: format!("not a protocol line (answers id {}, expected {id})", a.id),
+                line: Some(a.line),
+            }))),
+            Some(Some(FromClient::Hello(_))) => Err(CallError::Client(self.fail(ClientError {
+                message: "not a protocol line (a second hello)".into(),
+                line: None,
+            }))),
+            Some(Some(FromClient::Broken(e))) => Err(CallError::Client(self.fail(e))),
+            Some(Some(FromClient::Closed) | None) => {
+                let e = self.exited().await;
+                Err(CallError::Client(self.fail(e)))
+            }
+        }
+    }
+
+    fn new_session_slot(&mut self) -> watch::Receiver<Option<String>> {
+        let (tx, rx) = watch::channel(None);
+        if let Ok(mut slot) = self.lost.lock() {
+            *slot = Some(tx);
+        }
+        rx
+    }
+}
+
+/// Reads the client's stdout: the hello, then answers (passed on) and
+/// `session-lost` events (set on the current session at once, whatever the
+/// worker is doing). Stops at the first broken line or at EOF.
+async fn read_lines(
+    stdout: tokio::process::ChildStdout,
+    tx: mpsc::UnboundedSender<FromClient>,
+    lost: LostSlot,
+) {
+    let mut lines = BufReader::new(stdout).lines();
+    let mut said_hello = false;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                let _ = tx.send(FromClient::Closed);
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(FromClient::Broken(ClientError {
+                    message: format!("not a protocol line (unreadable: {e})"),
+                    line: None,
+                }));
+                return;
+            }
+        };
+        if !said_hello {
+            said_hello = true;
+            match wire::hello(&line) {
+                Ok(lib) => {
+                    let _ = tx.send(FromClient::Hello(lib));
+                    continue;
+                }
+                Err(e) => {
+                    let _ = tx.send(FromClient::Broken(e));
+                    return;
+                }
+            }
+        }
+        match wire::incoming(&line) {
+            Ok(Incoming::Answer(a)) => {
+                let _ = tx.send(FromClient::Answer(a));
+            }
+            Ok(Incoming::SessionLost { reason, .. }) => {
+                if let Ok(slot) = lost.lock() {
+                    if let Some(s) = slot.as_ref() {
+                        let _ = s.send(Some(reason));
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(FromClient::Broken(e));
+                return;
+            }
+        }
+    }
+}
+
+fn random_id() -> i64 {
+    rand::thread_rng().gen_range(1..i64::MAX)
+}
+
+#[async_trait::async_trait]
+impl LockClient for ExternalClient {
+    async fn open_session(&mut self) -> Result<Session> {
+        let fields = json!({
+            "service": self.cfg.service.as_str(),
+            "endpoints": self.cfg.endpoints,
+            "ttl_ms": self.cfg.ttl.as_millis() as u64,
+        });
+        let m = match self.call("open", fields, Some(REQUEST_TIMEOUT)).await {
+            Ok(m) => m,
+            Err(CallError::Failed(e) | CallError::Unknown(e) | CallError::Client(e)) => {
+                anyhow::bail!("open: {e}")
+            }
+        };
+        let Some(session) = m.get("session").and_then(Value::as_i64) else {
+            let line = m.get("__line").and_then(Value::as_str).map(str::to_string);
+            let e = self.fail(ClientError {
+                message: "not a protocol line (an `open` answer needs an integer `session`)"
+                    .into(),
+                line,
+            });
+            anyhow::bail!("open: {e}");
+        };
+        self.session = session;
+        let lost = self.new_session_slot();
+        if let Err(e) = self.owners.session(self.cfg.worker, session).await {
+            // Faults aimed at the holder will not find this worker; the run
+            // goes on (the grants are still judged).
+            tracing::warn!("cannot register the session's owner: {e:#}");
+        }
+        Ok(Session { id: session, lost })
+    }
+
+    async fn acquire(&mut self, name: &str) -> Acquire {
+        use crate::scenario::ServiceKind;
+        self.last_grant = None;
+        let handle = random_id();
+        let lock = match self.cfg.service {
+            ServiceKind::Etcd => super::etcd::lock_name(name),
+            ServiceKind::Zookeeper => super::zookeeper::lock_dir(name),
+            ServiceKind::Redis | ServiceKind::Redlock => super::redis::lock_key(name),
+        };
+        let mut fields = json!({ "lock": lock });
+        if self.cfg.service.is_redis() {
+            let owner = super::redis::Owner {
+                worker: self.cfg.worker,
+                pid: std::process::id(),
+                session: self.session,
+                nonce: handle,
+            };
+            fields["owner"] = json!(owner.to_string());
+        }
+        let m = match self.call("acquire", fields, None).await {
+            Ok(m) => m,
+            Err(CallError::Failed(error)) => {
+                return Acquire::Failed {
+                    error,
+                    session_gone: false,
+                    told: None,
+                }
+            }
+            Err(CallError::Unknown(error) | CallError::Client(error)) => {
+                return Acquire::Unknown { error, id: None }
+            }
+        };
+        let line = m
+            .get("__line")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let answer = wire::Answer {
+            id: self.next_id,
+            result: Ok(m.clone()),
+            line,
+        };
+        let g = match wire::grant(&answer, &m, &self.ext.token) {
+            Ok(g) => g,
+            Err(e) => {
+                let error = self.fail(e);
+                return Acquire::Unknown { error, id: None };
+            }
+        };
+        if let Err(e) = self.owners.granted(self.cfg.worker, &g.entry).await {
+            tracing::warn!("cannot register the grant's owner: {e:#}");
+        }
+        let token = if self.ext.no_token {
+            None
+        } else {
+            wire::to_storage(&g.raw_token).ok().flatten()
+        };
+        self.last_grant = Some(super::GrantDetail {
+            token,
+            detail: json!({ "client": {
+                "handle": handle,
+                "entry": g.entry,
+                "value": g.value,
+                "revision": g.revision,
+                "token": g.raw_token,
+                "tokens": g.tokens,
+            }}),
+        });
+        Acquire::Granted(Granted {
+            // Resolved to the service's order after the run (`check::resolve`).
+            grant: handle,
+            session: self.session,
+            id: g.entry,
+            counter: None,
+        })
+    }
+
+    async fn release(&mut self, _g: &Granted) -> Result<()> {
+        match self.call("release", json!({}), Some(REQUEST_TIMEOUT)).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Failed(e) | CallError::Unknown(e) | CallError::Client(e)) => {
+                anyhow::bail!("release: {e}")
+            }
+        }
+    }
+
+    async fn close_session(&mut self) {
+        if self.error.is_none() && !self.busy && self.proc.is_some() {
+            let _ = self.call("close", json!({}), Some(REQUEST_TIMEOUT)).await;
+        }
+        self.owners.close().await;
+        // The client may exit on its own after `close`; it is killed regardless.
+        if let Some(mut p) = self.proc.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), p.child.wait()).await;
+            let _ = p.child.start_kill();
+            let _ = p.child.wait().await;
+        }
+    }
+
+    fn client_error(&self) -> Option<ClientError> {
+        self.error.clone()
+    }
+
+    fn take_notices(&mut self) -> Vec<ClientError> {
+        std::mem::take(&mut self.notices)
+    }
+
+    fn grant_detail(&self) -> Option<super::GrantDetail> {
+        self.last_grant.clone()
+    }
+}
