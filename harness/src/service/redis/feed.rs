@@ -90,6 +90,7 @@ impl State {
                 grant: self.next,
                 session,
                 id: owner.to_string(),
+                value: None,
             });
             return;
         }
