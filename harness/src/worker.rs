@@ -155,6 +155,8 @@ impl Worker {
             }
         }
         drop(session);
+        // Recorded before `close`, which may itself wait for an unanswering client.
+        self.client_broke()?;
         self.lock.close_session().await;
         self.client_broke()?;
         Ok(())

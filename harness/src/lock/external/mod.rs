@@ -147,6 +147,14 @@ impl ExternalClient {
     /// breaks a rule is not an `Err` here: it is [`LockClient::client_error`],
     /// which the worker records.
     pub async fn start(cfg: &ClientConfig, ext: &ExternalConfig) -> Result<ExternalClient> {
+        // The client's stdin is a pipe: a client that died must be an EPIPE the
+        // worker records, not a SIGPIPE that kills the worker (fencecheck
+        // restores SIGPIPE's default for `… | head`). Nothing else in a worker
+        // writes to a pipe.
+        // SAFETY: sets one signal's disposition; no handler runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
         let mut c = ExternalClient {
             cfg: cfg.clone(),
             ext: ext.clone(),
@@ -353,8 +361,13 @@ impl ExternalClient {
                     message: what.clone(),
                     line: Some(wire::truncate(&line)),
                 });
-                self.restart("client restarted after an unanswered request")
-                    .await;
+                if op == "close" {
+                    // Killed by close_session; nothing to restart it for.
+                    self.proc = None;
+                } else {
+                    self.restart("client restarted after an unanswered request")
+                        .await;
+                }
                 Err(CallError::Unknown(what))
             }
             Some(Some(FromClient::Answer(a))) if a.id == id => match a.result.clone() {
