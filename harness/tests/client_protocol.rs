@@ -251,3 +251,67 @@ fn python_etcd3_grants_resolve_to_the_service_order() {
     assert_nothing_left(&out);
     assert_no_client_left(&path);
 }
+
+/// A pause of the holder stops its worker's whole process group: the library
+/// freezes with the worker (state `T`), and is continued afterwards.
+#[test]
+fn a_holder_pause_freezes_the_client_with_its_worker() {
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let path = client("etcd3_lock.py");
+    let text = format!(
+        "name = \"pause-client\"\nduration = \"10s\"\nseed = 9\n\
+         [cluster]\nbackend = \"process\"\n\
+         [workload]\nworkers = 3\nhold = \"300ms..600ms\"\n\
+         [[fault]]\nkind = \"pause\"\ntarget = \"holder\"\nat = \"3s\"\nduration = \"3s\"\n\
+         [client]\ncommand = [{:?}]\ntoken = \"create_revision\"\n",
+        path.display().to_string()
+    );
+    let file = dir.path().join("pause.toml");
+    std::fs::write(&file, text).expect("write");
+    let mut run = bin()
+        .arg("scenario")
+        .arg(&file)
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run");
+    wait_for_first_fault(&out);
+    // The nemesis stops the holder's worker with its group; poll briefly. (The
+    // workers' command lines name the client too, in their config.)
+    let needle = path.display().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let stopped = loop {
+        let clients = processes_mentioning(&needle);
+        let stopped: Vec<_> = clients.into_iter().filter(|(_, s, _)| s == "T").collect();
+        if !stopped.is_empty() {
+            break stopped;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no client stopped during the pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let python = stopped.iter().filter(|(_, _, c)| c.starts_with("/usr/bin/python3")).count();
+    assert_eq!(python, 1, "the holder's client, and no other: {stopped:#?}");
+    assert_eq!(stopped.len(), 2, "the client and its worker: {stopped:#?}");
+    // Continued afterwards: nothing stays stopped.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let frozen: Vec<_> = processes_mentioning(&needle)
+        .into_iter()
+        .filter(|(_, s, _)| s == "T")
+        .collect();
+    assert!(frozen.is_empty(), "still stopped after the pause: {frozen:#?}");
+    let status = run.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    let r = read_report(&out);
+    let pauses = faults_of(&r, "pause");
+    assert_eq!(pauses.len(), 1, "{}", r["faults"]);
+    assert_eq!(pauses[0]["outcome"], "ok", "the holder was found: {}", pauses[0]);
+    assert_nothing_left(&out);
+    assert_no_client_left(&path);
+}

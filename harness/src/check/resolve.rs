@@ -122,7 +122,7 @@ fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i6
             .iter()
             .find(|r| r.process == e.process && r.f == F::Release && r.key == e.key)
             .map_or(u64::MAX, |r| r.time_ns);
-        let found = obs
+        let candidates: Vec<i64> = obs
             .iter()
             .filter_map(|o| match o {
                 Observation::Created {
@@ -141,7 +141,14 @@ fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i6
                 }
                 _ => None,
             })
-            .last();
+            .collect();
+        // Without a value to tell them apart (the same etcd key is created again
+        // by every grant), a `revision` naming one of the entry's observed
+        // creations picks it — the harness saw that creation, the client cannot
+        // make one up — else the last one seen before the worker let go.
+        let found = revision
+            .filter(|r| candidates.contains(r))
+            .or(candidates.last().copied());
         if let Some(g) = found {
             if revision.is_some_and(|r| r != g) {
                 disagree += 1;

@@ -313,6 +313,19 @@ async fn gap(
     }
 }
 
+/// A lock entry's value as text for matching an external client's `value`:
+/// UTF-8 as is, anything else (python-etcd3's raw uuid bytes) as lowercase hex;
+/// none when empty or long.
+fn entry_value(v: &[u8]) -> Option<String> {
+    if v.is_empty() || v.len() > 200 {
+        return None;
+    }
+    Some(match std::str::from_utf8(v) {
+        Ok(s) => s.to_string(),
+        Err(_) => v.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
+
 fn observation(
     now: u64,
     kind: EventType,
@@ -341,11 +354,7 @@ fn observation(
             grant: kv.create_revision(),
             session: kv.lease(),
             id: key.to_string(),
-            value: kv
-                .value_str()
-                .ok()
-                .filter(|v| !v.is_empty() && v.len() <= 200)
-                .map(str::to_string),
+            value: entry_value(kv.value()),
         }),
         EventType::Delete => {
             let p = prev?;

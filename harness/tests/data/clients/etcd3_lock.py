@@ -28,7 +28,7 @@ for line in sys.stdin:
             _, meta = client.get(lock.key)
             rev = meta.create_revision if meta is not None else None
             send({"id": rid, "ok": True, "token": None, "tokens": {"create_revision": rev},
-                  "entry": lock.key, "revision": rev})
+                  "entry": lock.key, "value": lock.uuid.hex(), "revision": rev})
         elif op == "release":
             if lock is not None:
                 lock.release()
