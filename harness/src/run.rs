@@ -16,6 +16,7 @@ use crate::assess;
 use crate::backend::{self, Backend, Deployment};
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
+use crate::lock::external::ExternalConfig;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
@@ -24,7 +25,6 @@ use crate::resource::FencedResource;
 use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
 use crate::service::{self, observe::ObservationWriter, LockService};
-use crate::lock::external::ExternalConfig;
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.

@@ -96,7 +96,10 @@ fn broken(mode: &[&str], script: &str, expect: &str) -> Value {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains(expect), "terminal: {stdout}");
     let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
-    assert!(html.contains("client error") || html.contains("client request"), "html");
+    assert!(
+        html.contains("client error") || html.contains("client request"),
+        "html"
+    );
     // The worker's own record: the history event and its log.
     let worker: u32 = named["worker ".len()..]
         .split(':')
@@ -118,9 +121,16 @@ fn broken(mode: &[&str], script: &str, expect: &str) -> Value {
 
 #[test]
 fn a_client_that_crashes_mid_hold_is_a_client_error() {
-    let r = broken(&["crash-mid-hold"], "grant_all.py", "client exited (exit status: 3)");
+    let r = broken(
+        &["crash-mid-hold"],
+        "grant_all.py",
+        "client exited (exit status: 3)",
+    );
     let p = r["problems"].to_string();
-    assert!(p.contains("crashing mid-hold on purpose"), "last stderr line: {p}");
+    assert!(
+        p.contains("crashing mid-hold on purpose"),
+        "last stderr line: {p}"
+    );
 }
 
 #[test]
@@ -152,14 +162,21 @@ fn a_client_that_never_answers_is_unknown_restarted_and_never_hangs() {
     let started = std::time::Instant::now();
     let (o, r) = run_with_client(dir.path(), &command, "", &out);
     // 6 s of run, a 10 s `open` timeout, the workers' grace: bounded.
-    assert!(started.elapsed().as_secs() < 90, "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed().as_secs() < 90,
+        "took {:?}",
+        started.elapsed()
+    );
     assert_eq!(o.status.code(), Some(1), "{}", explain(&o));
     let p = r["problems"].to_string();
     assert!(
         p.contains("client did not answer `open` (id 1) within 10 s; restarted it"),
         "{p}"
     );
-    assert!(p.contains("\\\"op\\\":\\\"open\\\""), "the request line: {p}");
+    assert!(
+        p.contains("\\\"op\\\":\\\"open\\\""),
+        "the request line: {p}"
+    );
     assert_nothing_left(&out);
     assert_no_client_left(&path);
 }
@@ -211,7 +228,10 @@ fn python_etcd3_grants_resolve_to_the_service_order() {
     let (o, r) = run_text(dir.path(), &text, &out);
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     let problems = r["problems"].as_array().expect("problems");
-    assert!(problems.is_empty(), "no unjudged grant, no client error: {problems:#?}");
+    assert!(
+        problems.is_empty(),
+        "no unjudged grant, no client error: {problems:#?}"
+    );
     let grants = n(&r["checks"]["token"]["grants"]);
     assert!(grants >= 5, "grants judged: {}", r["checks"]["token"]);
     assert_eq!(n(&r["checks"]["token"]["unverified"]), 0);
@@ -296,7 +316,10 @@ fn a_holder_pause_freezes_the_client_with_its_worker() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    let python = stopped.iter().filter(|(_, _, c)| c.starts_with("/usr/bin/python3")).count();
+    let python = stopped
+        .iter()
+        .filter(|(_, _, c)| c.starts_with("/usr/bin/python3"))
+        .count();
     assert_eq!(python, 1, "the holder's client, and no other: {stopped:#?}");
     assert_eq!(stopped.len(), 2, "the client and its worker: {stopped:#?}");
     // Continued afterwards: nothing stays stopped.
@@ -305,13 +328,20 @@ fn a_holder_pause_freezes_the_client_with_its_worker() {
         .into_iter()
         .filter(|(_, s, _)| s == "T")
         .collect();
-    assert!(frozen.is_empty(), "still stopped after the pause: {frozen:#?}");
+    assert!(
+        frozen.is_empty(),
+        "still stopped after the pause: {frozen:#?}"
+    );
     let status = run.wait().expect("wait");
     assert_eq!(status.code(), Some(0));
     let r = read_report(&out);
     let pauses = faults_of(&r, "pause");
     assert_eq!(pauses.len(), 1, "{}", r["faults"]);
-    assert_eq!(pauses[0]["outcome"], "ok", "the holder was found: {}", pauses[0]);
+    assert_eq!(
+        pauses[0]["outcome"], "ok",
+        "the holder was found: {}",
+        pauses[0]
+    );
     assert_nothing_left(&out);
     assert_no_client_left(&path);
 }

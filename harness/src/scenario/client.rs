@@ -85,7 +85,11 @@ fn find_program(program: &str, base: &Path) -> Result<PathBuf, String> {
         }]
     } else {
         std::env::var_os("PATH")
-            .map(|path| std::env::split_paths(&path).map(|d| d.join(program)).collect())
+            .map(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join(program))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     for c in &candidates {
@@ -145,7 +149,8 @@ mod tests {
         std::fs::write(&prog, "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let file = dir.path().join("s.toml");
-        let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\", \"--x\"]\nbehaviour = \"naive\"\n";
+        let text =
+            "name = \"x\"\n[client]\ncommand = [\"c/client.sh\", \"--x\"]\nbehaviour = \"naive\"\n";
         let s = Scenario::parse(text, file.to_str().expect("utf-8")).expect("valid");
         let c = s.client.as_ref().expect("client");
         assert!(Path::new(&c.command[0]).is_absolute(), "{:?}", c.command);

@@ -293,9 +293,12 @@ impl ExternalClient {
             },
             None => "unknown".into(),
         };
-        let last = std::fs::read_to_string(&self.ext.log)
-            .ok()
-            .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(wire::truncate));
+        let last = std::fs::read_to_string(&self.ext.log).ok().and_then(|t| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(wire::truncate)
+        });
         ClientError {
             message: format!("client exited ({status})"),
             line: last.map(|l| format!("last stderr line: {l}")),
@@ -484,8 +487,7 @@ impl LockClient for ExternalClient {
         let Some(session) = m.get("session").and_then(Value::as_i64) else {
             let line = m.get("__line").and_then(Value::as_str).map(str::to_string);
             let e = self.fail(ClientError {
-                message: "not a protocol line (an `open` answer needs an integer `session`)"
-                    .into(),
+                message: "not a protocol line (an `open` answer needs an integer `session`)".into(),
                 line,
             });
             anyhow::bail!("open: {e}");

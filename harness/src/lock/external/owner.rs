@@ -30,7 +30,7 @@ const CALL: Duration = Duration::from_secs(3);
 
 pub enum Owners {
     Etcd {
-        client: Option<etcd_client::Client>,
+        client: Option<Box<etcd_client::Client>>,
         endpoints: Vec<String>,
         done: HashSet<i64>,
     },
@@ -52,7 +52,11 @@ impl Owners {
         match cfg.service {
             ServiceKind::Etcd => Owners::Etcd {
                 client: None,
-                endpoints: cfg.endpoints.iter().map(|e| format!("http://{e}")).collect(),
+                endpoints: cfg
+                    .endpoints
+                    .iter()
+                    .map(|e| format!("http://{e}"))
+                    .collect(),
                 done: HashSet::new(),
             },
             ServiceKind::Zookeeper => Owners::Zookeeper {
@@ -138,13 +142,13 @@ impl Owners {
             anyhow::bail!("not etcd");
         };
         if let Some(c) = client {
-            return Ok(c.clone());
+            return Ok((**c).clone());
         }
         let opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
         let c = etcd_client::Client::connect(endpoints.as_slice(), Some(opts))
             .await
             .context("cannot connect to etcd (owner key)")?;
-        *client = Some(c.clone());
+        *client = Some(Box::new(c.clone()));
         Ok(c)
     }
 

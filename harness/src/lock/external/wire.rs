@@ -40,7 +40,10 @@ fn object(line: &str) -> Result<Map<String, Value>, ClientError> {
 pub fn hello(line: &str) -> Result<String, ClientError> {
     let m = object(line)?;
     let Some(v) = m.get("fencecheck_client") else {
-        return Err(not_protocol(line, "expected the hello, with `fencecheck_client`"));
+        return Err(not_protocol(
+            line,
+            "expected the hello, with `fencecheck_client`",
+        ));
     };
     match v.as_u64() {
         Some(VERSION) => {}
@@ -62,7 +65,10 @@ pub fn hello(line: &str) -> Result<String, ClientError> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
     Answer(Answer),
-    SessionLost { session: Option<i64>, reason: String },
+    SessionLost {
+        session: Option<i64>,
+        reason: String,
+    },
 }
 
 /// An answer: its `id`, and `Ok(fields)` or `Err(error text)`.
@@ -132,16 +138,24 @@ pub struct GrantAnswer {
 }
 
 /// Reads an `acquire` answer's fields; `choose` is `[client] token`.
-pub fn grant(a: &Answer, fields: &Map<String, Value>, choose: &str) -> Result<GrantAnswer, ClientError> {
+pub fn grant(
+    a: &Answer,
+    fields: &Map<String, Value>,
+    choose: &str,
+) -> Result<GrantAnswer, ClientError> {
     let bad = |why: &str| ClientError {
         message: format!("not a protocol line ({why})"),
         line: Some(a.line.clone()),
     };
     let Some(entry) = fields.get("entry").and_then(Value::as_str) else {
-        return Err(bad("a granted `acquire` needs `entry`, the grant's identity in the service"));
+        return Err(bad(
+            "a granted `acquire` needs `entry`, the grant's identity in the service",
+        ));
     };
     let Some(token) = fields.get("token") else {
-        return Err(bad("a granted `acquire` needs `token` (null when the library gives none)"));
+        return Err(bad(
+            "a granted `acquire` needs `token` (null when the library gives none)",
+        ));
     };
     let mut tokens = match fields.get("tokens") {
         None | Some(Value::Null) => Map::new(),
@@ -179,17 +193,21 @@ pub fn grant(a: &Answer, fields: &Map<String, Value>, choose: &str) -> Result<Gr
 /// The token the worker sends to the storage: an integer as it is, a string of
 /// decimal digits parsed, any other string hashed (FNV-1a, 63 bits: a number with
 /// no order), `null` none. Other JSON types are a protocol error.
-pub fn to_storage(token: &Value) -> Result<Option<i64>, ()> {
+pub fn to_storage(token: &Value) -> Result<Option<i64>, NotAToken> {
     match token {
         Value::Null => Ok(None),
-        Value::Number(n) => n.as_i64().map(Some).ok_or(()),
+        Value::Number(n) => n.as_i64().map(Some).ok_or(NotAToken),
         Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
             Ok(Some(s.parse::<i64>().unwrap_or_else(|_| fnv1a63(s))))
         }
         Value::String(s) => Ok(Some(fnv1a63(s))),
-        _ => Err(()),
+        _ => Err(NotAToken),
     }
 }
+
+/// A token that is neither an integer, a string nor null (a float, a list…).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAToken;
 
 /// FNV-1a (64-bit) of `s`, top bit cleared so it reads as a positive i64.
 pub fn fnv1a63(s: &str) -> i64 {
@@ -207,7 +225,10 @@ mod tests {
 
     #[test]
     fn hello_checks_the_version() {
-        assert_eq!(hello(r#"{"fencecheck_client":1,"library":"kazoo"}"#).unwrap(), "kazoo");
+        assert_eq!(
+            hello(r#"{"fencecheck_client":1,"library":"kazoo"}"#).unwrap(),
+            "kazoo"
+        );
         let e = hello(r#"{"fencecheck_client":2}"#).unwrap_err();
         assert!(e.message.contains("version 2"), "{e:?}");
         let e = hello("hello there").unwrap_err();
@@ -218,9 +239,17 @@ mod tests {
     #[test]
     fn lines_are_answers_events_or_errors() {
         let a = incoming(r#"{"id":3,"ok":false,"error":"boom"}"#).unwrap();
-        assert!(matches!(a, Incoming::Answer(Answer { id: 3, result: Err(ref e), .. }) if e == "boom"));
+        assert!(
+            matches!(a, Incoming::Answer(Answer { id: 3, result: Err(ref e), .. }) if e == "boom")
+        );
         let ev = incoming(r#"{"event":"session-lost","session":7,"reason":"x"}"#).unwrap();
-        assert_eq!(ev, Incoming::SessionLost { session: Some(7), reason: "x".into() });
+        assert_eq!(
+            ev,
+            Incoming::SessionLost {
+                session: Some(7),
+                reason: "x".into()
+            }
+        );
         assert!(incoming(r#"{"id":3}"#).is_err());
         assert!(incoming("[1,2]").is_err());
         let long = "x".repeat(500);
@@ -244,7 +273,9 @@ mod tests {
     #[test]
     fn grant_answers_choose_their_token() {
         let line = r#"{"id":2,"ok":true,"token":"abc","tokens":{"create_revision":9},"entry":"/locks/x","value":"u"}"#;
-        let Incoming::Answer(a) = incoming(line).unwrap() else { panic!() };
+        let Incoming::Answer(a) = incoming(line).unwrap() else {
+            panic!()
+        };
         let f = a.result.clone().unwrap();
         let g = grant(&a, &f, "create_revision").unwrap();
         assert_eq!(g.raw_token, json!(9));
@@ -252,7 +283,9 @@ mod tests {
         assert_eq!(g.value.as_deref(), Some("u"));
         assert!(grant(&a, &f, "lease").is_err());
         let no_entry = r#"{"id":2,"ok":true,"token":1}"#;
-        let Incoming::Answer(a) = incoming(no_entry).unwrap() else { panic!() };
+        let Incoming::Answer(a) = incoming(no_entry).unwrap() else {
+            panic!()
+        };
         let f = a.result.clone().unwrap();
         assert!(grant(&a, &f, "token").is_err());
     }
