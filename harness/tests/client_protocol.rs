@@ -345,3 +345,77 @@ fn a_holder_pause_freezes_the_client_with_its_worker() {
     assert_nothing_left(&out);
     assert_no_client_left(&path);
 }
+
+fn has_python_module(m: &str) -> bool {
+    std::process::Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import {m}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs `script` (tests/data/clients) for 8 s with 3 workers under `config`
+/// (TOML lines before `[client]`) and `client` (lines inside it); asserts a
+/// clean end with every grant resolved: exit 0, no problem, no unverified
+/// grant, nothing left. Returns the report and the observed creations.
+fn library_run(script: &str, config: &str, client_lines: &str) -> (Value, Vec<Value>) {
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let path = client(script);
+    let text = format!(
+        "name = \"library\"\nduration = \"8s\"\nseed = 5\n\
+         [cluster]\nbackend = \"process\"\n\
+         [workload]\nworkers = 3\nhold = \"50ms..300ms\"\n\
+         {config}\n\
+         [client]\ncommand = [{:?}]\n{client_lines}\n",
+        path.display().to_string()
+    );
+    let (o, r) = run_text(dir.path(), &text, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let problems = r["problems"].as_array().expect("problems");
+    assert!(problems.is_empty(), "no unjudged grant: {problems:#?}");
+    assert!(n(&r["checks"]["token"]["grants"]) >= 5, "{}", r["checks"]["token"]);
+    assert_eq!(n(&r["checks"]["token"]["unverified"]), 0);
+    let created = std::fs::read_to_string(out.join("service.jsonl"))
+        .expect("service.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|o| o["what"] == "created")
+        .collect();
+    assert_nothing_left(&out);
+    assert_no_client_left(&path);
+    (r, created)
+}
+
+/// kazoo's children (`<uuid hex>__lock__<seq>`) are seen by the ZooKeeper
+/// observer and each grant is its czxid; the worker names the session's owner.
+#[test]
+fn kazoo_grants_resolve_to_their_czxid() {
+    assert!(has_python_module("kazoo"), "python3-kazoo missing (ci/bootstrap.sh)");
+    let (r, created) = library_run(
+        "kazoo_lock.py",
+        "[lock]\nservice = \"zookeeper\"\nttl = \"4s\"\n",
+        "token = \"czxid\"",
+    );
+    assert_eq!(n(&r["checks"]["token"]["regressions"]), 0);
+    assert_eq!(n(&r["checks"]["fencing"]["stale_accepted"]), 0);
+    assert!(
+        created
+            .iter()
+            .all(|o| o["id"].as_str().is_some_and(|s| s.contains("__lock__"))),
+        "{created:#?}"
+    );
+}
+
+/// redis-py's Lock announces nothing: its grants are seen through keyspace
+/// events and its value (the owner the worker handed over) names each one.
+#[test]
+fn redis_py_grants_are_seen_through_keyspace_events() {
+    assert!(has_python_module("redis"), "python3-redis missing (ci/bootstrap.sh)");
+    let (r, created) = library_run(
+        "redis_py_lock.py",
+        "[lock]\nservice = \"redis\"\n[storage]\nfencing = \"off\"\n",
+        "",
+    );
+    assert!(created.len() as u64 >= n(&r["checks"]["token"]["grants"]));
+}

@@ -516,7 +516,13 @@ impl LockClient for ExternalClient {
             let owner = super::redis::Owner {
                 worker: self.cfg.worker,
                 pid: std::process::id(),
-                session: self.session,
+                // redis-py and the like have no session: each lock is its own,
+                // so `expire-session` of its holder deletes just that lock.
+                session: if self.session != 0 {
+                    self.session
+                } else {
+                    handle
+                },
                 nonce: handle,
             };
             fields["owner"] = json!(owner.to_string());
