@@ -213,6 +213,11 @@ impl ExternalClient {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log);
+        // The run directory (where its log is), whatever directory fencecheck
+        // was started from.
+        if let Some(dir) = self.ext.log.parent() {
+            cmd.current_dir(dir);
+        }
         {
             use std::os::unix::process::CommandExt;
             // SAFETY: prctl is async-signal-safe and touches only the child.
