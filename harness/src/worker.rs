@@ -277,6 +277,10 @@ impl Worker {
             }
             Ok(Acquire::Granted(g)) => g,
         };
+        // The grant's own session: the current one, except for an external
+        // library that takes a lease per lock (python-etcd3), whose grant
+        // names that lease, so the findings can follow its end.
+        let session = g.session;
         let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, session);
         // An external client's token is its own answer's (`[client] token`).
         let token = match self.lock.grant_detail() {

@@ -374,7 +374,11 @@ fn library_run(script: &str, config: &str, client_lines: &str) -> (Value, Vec<Va
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     let problems = r["problems"].as_array().expect("problems");
     assert!(problems.is_empty(), "no unjudged grant: {problems:#?}");
-    assert!(n(&r["checks"]["token"]["grants"]) >= 5, "{}", r["checks"]["token"]);
+    assert!(
+        n(&r["checks"]["token"]["grants"]) >= 5,
+        "{}",
+        r["checks"]["token"]
+    );
     assert_eq!(n(&r["checks"]["token"]["unverified"]), 0);
     let created = std::fs::read_to_string(out.join("service.jsonl"))
         .expect("service.jsonl")
@@ -391,7 +395,10 @@ fn library_run(script: &str, config: &str, client_lines: &str) -> (Value, Vec<Va
 /// observer and each grant is its czxid; the worker names the session's owner.
 #[test]
 fn kazoo_grants_resolve_to_their_czxid() {
-    assert!(has_python_module("kazoo"), "python3-kazoo missing (ci/bootstrap.sh)");
+    assert!(
+        has_python_module("kazoo"),
+        "python3-kazoo missing (ci/bootstrap.sh)"
+    );
     let (r, created) = library_run(
         "kazoo_lock.py",
         "[lock]\nservice = \"zookeeper\"\nttl = \"4s\"\n",
@@ -411,7 +418,10 @@ fn kazoo_grants_resolve_to_their_czxid() {
 /// events and its value (the owner the worker handed over) names each one.
 #[test]
 fn redis_py_grants_are_seen_through_keyspace_events() {
-    assert!(has_python_module("redis"), "python3-redis missing (ci/bootstrap.sh)");
+    assert!(
+        has_python_module("redis"),
+        "python3-redis missing (ci/bootstrap.sh)"
+    );
     let (r, created) = library_run(
         "redis_py_lock.py",
         "[lock]\nservice = \"redis\"\n[storage]\nfencing = \"off\"\n",

@@ -562,9 +562,13 @@ impl LockClient for ExternalClient {
                 return Acquire::Unknown { error, id: None };
             }
         };
-        if let Err(e) = self.owners.granted(self.cfg.worker, &g.entry).await {
-            tracing::warn!("cannot register the grant's owner: {e:#}");
-        }
+        let lease = match self.owners.granted(self.cfg.worker, &g.entry).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("cannot register the grant's owner: {e:#}");
+                None
+            }
+        };
         let token = if self.ext.no_token {
             None
         } else {
@@ -584,7 +588,11 @@ impl LockClient for ExternalClient {
         Acquire::Granted(Granted {
             // Resolved to the service's order after the run (`check::resolve`).
             grant: handle,
-            session: self.session,
+            // A library without sessions (python-etcd3) has a lease per lock.
+            session: match lease {
+                Some(l) if self.session == 0 => l,
+                _ => self.session,
+            },
             id: g.entry,
             counter: None,
         })

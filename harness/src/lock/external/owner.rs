@@ -116,22 +116,23 @@ impl Owners {
     }
 
     /// After a grant: etcd reads the entry's lease (a library may take a lease
-    /// per lock) and names its owner if not done yet.
-    pub async fn granted(&mut self, worker: u32, entry: &str) -> Result<()> {
+    /// per lock) and names its owner if not done yet; returns the lease.
+    pub async fn granted(&mut self, worker: u32, entry: &str) -> Result<Option<i64>> {
         let Owners::Etcd { .. } = self else {
-            return Ok(());
+            return Ok(None);
         };
         let mut c = self.etcd().await?;
         let resp = tokio::time::timeout(CALL, c.get(entry, None))
             .await
             .context("reading the granted entry timed out")??;
-        let Some(kv) = resp.kvs().first() else {
-            return Ok(());
+        let Some(lease) = resp.kvs().first().map(|kv| kv.lease()) else {
+            return Ok(None);
         };
-        if kv.lease() != 0 {
-            self.etcd_lease(worker, kv.lease()).await?;
+        if lease == 0 {
+            return Ok(None);
         }
-        Ok(())
+        self.etcd_lease(worker, lease).await?;
+        Ok(Some(lease))
     }
 
     async fn etcd(&mut self) -> Result<etcd_client::Client> {
