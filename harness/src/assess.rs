@@ -50,7 +50,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         })?,
     )
     .with_context(|| format!("{}: unreadable", run_dir.join(RUN_INFO).display()))?;
-    let scenario = Scenario::load(&run_dir.join(SCENARIO))?;
+    let scenario = Scenario::load_recorded(&run_dir.join(SCENARIO))?;
     let storage_log = scenario.storage.kind.has_log();
     let (mut rec, mut problems) = load(run_dir, storage_log)?;
     // Redis and Redlock clients cannot know a grant's place: put the grants in the

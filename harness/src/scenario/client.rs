@@ -32,8 +32,9 @@ fn default_token() -> String {
 }
 
 /// Resolves `command[0]` (against the directory of `file`, or `PATH`) and checks
-/// that it can run; errors point at the `command` line.
-pub fn resolve(s: &mut Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
+/// that it can run (unless `find` is false: a recorded run's scenario); errors
+/// point at the `command` line.
+pub fn resolve(s: &mut Scenario, text: &str, file: &str, find: bool) -> Result<(), ScenarioError> {
     let Some(c) = s.client.as_mut() else {
         return Ok(());
     };
@@ -55,9 +56,11 @@ pub fn resolve(s: &mut Scenario, text: &str, file: &str) -> Result<(), ScenarioE
             "client.token is empty: expected \"token\" or a name from the answer's `tokens`".into(),
         ));
     }
-    let base = Path::new(file).parent().unwrap_or(Path::new("."));
-    let found = find_program(&program, base).map_err(|why| err("command", why))?;
-    c.command[0] = found.display().to_string();
+    if find {
+        let base = Path::new(file).parent().unwrap_or(Path::new("."));
+        let found = find_program(&program, base).map_err(|why| err("command", why))?;
+        c.command[0] = found.display().to_string();
+    }
     // `[storage] token` names fencecheck's own client's tokens; an external
     // client's token is `[client] token`. Only "none" (send no token) applies.
     if !matches!(s.storage.token, TokenName::Grant | TokenName::None) {

@@ -517,8 +517,25 @@ impl Scenario {
         Scenario::parse(&text, &file)
     }
 
+    /// Reads a run directory's resolved `scenario.toml`: validated as any, but
+    /// a `[client]` command that has since gone does not stop a `check` of what
+    /// was recorded.
+    pub fn load_recorded(path: &Path) -> Result<Scenario, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read scenario file: {e}"),
+        })?;
+        Scenario::parse_with(&text, &file, false)
+    }
+
     /// Parses and validates scenario text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse_with(text, file, true)
+    }
+
+    fn parse_with(text: &str, file: &str, find_client: bool) -> Result<Scenario, ScenarioError> {
         let mut sc: Scenario = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| validate::line_of_offset(text, s.start));
             ScenarioError {
@@ -528,7 +545,7 @@ impl Scenario {
             }
         })?;
         validate::validate(&sc, text, file)?;
-        client::resolve(&mut sc, text, file)?;
+        client::resolve(&mut sc, text, file, find_client)?;
         Ok(sc)
     }
 
