@@ -517,17 +517,18 @@ impl LockClient for ExternalClient {
             ServiceKind::Redis | ServiceKind::Redlock => super::redis::lock_key(name),
         };
         let mut fields = json!({ "lock": lock });
+        // redis-py and the like have no session: each lock is its own, so
+        // `expire-session` of its holder deletes just that lock, and the
+        // observer's end of it is this grant's session end.
+        let mut session = self.session;
         if self.cfg.service.is_redis() {
+            if session == 0 {
+                session = handle;
+            }
             let owner = super::redis::Owner {
                 worker: self.cfg.worker,
                 pid: std::process::id(),
-                // redis-py and the like have no session: each lock is its own,
-                // so `expire-session` of its holder deletes just that lock.
-                session: if self.session != 0 {
-                    self.session
-                } else {
-                    handle
-                },
+                session,
                 nonce: handle,
             };
             fields["owner"] = json!(owner.to_string());
@@ -591,7 +592,7 @@ impl LockClient for ExternalClient {
             // A library without sessions (python-etcd3) has a lease per lock.
             session: match lease {
                 Some(l) if self.session == 0 => l,
-                _ => self.session,
+                _ => session,
             },
             id: g.entry,
             counter: None,
