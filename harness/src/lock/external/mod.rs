@@ -11,13 +11,13 @@
 //! `acquire` has a timeout counted in running time (a SIGSTOP of the whole group
 //! does not count against it), after which the request is unknown and the child
 //! is replaced; every line is checked, and a broken rule is a [`ClientError`] the
-//! worker records before it ends.
+//! worker records before it ends. The process itself is in [`child`].
 
+mod child;
 mod owner;
 pub mod wire;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,12 +25,11 @@ use anyhow::Result;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin};
-use tokio::sync::{mpsc, watch};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
 
 use super::{Acquire, ClientConfig, Granted, LockClient, Session};
-use wire::Incoming;
+use child::{running_timeout, FromClient, LostSlot, Proc};
 
 /// How long a client has to say hello (a JVM needs a few seconds).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -69,32 +68,6 @@ impl std::fmt::Display for ClientError {
     }
 }
 
-/// What the reader task passes on from the client's stdout.
-enum FromClient {
-    Hello(String),
-    Answer(wire::Answer),
-    Broken(ClientError),
-    Closed,
-}
-
-/// The sender of the current session's `lost` flag, shared with the reader task.
-type LostSlot = Arc<Mutex<Option<watch::Sender<Option<String>>>>>;
-
-/// One running child.
-struct Proc {
-    child: Child,
-    stdin: ChildStdin,
-    from: mpsc::UnboundedReceiver<FromClient>,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.reader.abort();
-        let _ = self.child.start_kill();
-    }
-}
-
 pub struct ExternalClient {
     cfg: ClientConfig,
     ext: ExternalConfig,
@@ -110,27 +83,6 @@ pub struct ExternalClient {
     owners: owner::Owners,
     last_grant: Option<super::GrantDetail>,
     pub library: String,
-}
-
-/// Awaits `fut` for up to `limit` of **running** time: a stretch in which the
-/// worker was stopped (its whole process group, the client included) counts as
-/// at most half a second, so a pause never makes a request time out on its own.
-async fn running_timeout<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
-    tokio::pin!(fut);
-    let step = Duration::from_millis(100);
-    let mut counted = Duration::ZERO;
-    loop {
-        let t0 = tokio::time::Instant::now();
-        tokio::select! {
-            biased;
-            v = &mut fut => return Some(v),
-            _ = tokio::time::sleep(step) => {}
-        }
-        counted += t0.elapsed().min(step * 5);
-        if counted >= limit {
-            return None;
-        }
-    }
 }
 
 enum CallError {
@@ -186,84 +138,20 @@ impl ExternalClient {
     /// Spawns the child and waits for its hello; a failure sets `self.error`.
     async fn spawn(&mut self) {
         self.busy = false;
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(&self.ext.log);
-        let log = match log {
-            Ok(f) => f,
+        match child::spawn(&self.ext, self.cfg.worker, self.lost.clone()) {
+            Ok(p) => self.proc = Some(p),
             Err(e) => {
-                self.fail(ClientError {
-                    message: format!("cannot open {}: {e}", self.ext.log.display()),
-                    line: None,
-                });
+                self.fail(e);
                 return;
             }
-        };
-        let Some((program, args)) = self.ext.command.split_first() else {
-            self.fail(ClientError {
-                message: "empty client command".into(),
-                line: None,
-            });
-            return;
-        };
-        let mut cmd = std::process::Command::new(program);
-        cmd.args(args)
-            .env("FENCECHECK_WORKER", self.cfg.worker.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log);
-        // The run directory (where its log is), whatever directory fencecheck
-        // was started from.
-        if let Some(dir) = self.ext.log.parent() {
-            cmd.current_dir(dir);
         }
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches only the child.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let mut cmd = tokio::process::Command::from(cmd);
-        cmd.kill_on_drop(true);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                self.fail(ClientError {
-                    message: format!("cannot start client {program}: {e}"),
-                    line: None,
-                });
-                return;
-            }
-        };
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            self.fail(ClientError {
-                message: "client started without pipes".into(),
-                line: None,
-            });
-            return;
-        };
-        let (tx, from) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_lines(stdout, tx, self.lost.clone()));
-        self.proc = Some(Proc {
-            child,
-            stdin,
-            from,
-            reader,
-        });
         let hello = {
             let Some(p) = self.proc.as_mut() else { return };
             running_timeout(HELLO_TIMEOUT, p.from.recv()).await
         };
         match hello {
             Some(Some(FromClient::Hello(lib))) => {
-                tracing::info!("client {} says hello: {lib}", program);
+                tracing::info!("client {} says hello: {lib}", self.ext.command[0]);
                 self.library = lib;
             }
             Some(Some(FromClient::Broken(e))) => {
@@ -290,24 +178,7 @@ impl ExternalClient {
 
     /// The client closed its stdout: how it exited, with its last stderr line.
     async fn exited(&mut self) -> ClientError {
-        let status = match self.proc.as_mut() {
-            Some(p) => match tokio::time::timeout(Duration::from_secs(2), p.child.wait()).await {
-                Ok(Ok(s)) => s.to_string(),
-                Ok(Err(e)) => format!("unknown: {e}"),
-                Err(_) => "stdout closed, still running; killed".into(),
-            },
-            None => "unknown".into(),
-        };
-        let last = std::fs::read_to_string(&self.ext.log).ok().and_then(|t| {
-            t.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(wire::truncate)
-        });
-        ClientError {
-            message: format!("client exited ({status})"),
-            line: last.map(|l| format!("last stderr line: {l}")),
-        }
+        child::exited(self.proc.as_mut(), &self.ext.log).await
     }
 
     /// Kills the child, tells the session it is gone, and starts a new child.
@@ -411,63 +282,6 @@ impl ExternalClient {
             *slot = Some(tx);
         }
         rx
-    }
-}
-
-/// Reads the client's stdout: the hello, then answers (passed on) and
-/// `session-lost` events (set on the current session at once, whatever the
-/// worker is doing). Stops at the first broken line or at EOF.
-async fn read_lines(
-    stdout: tokio::process::ChildStdout,
-    tx: mpsc::UnboundedSender<FromClient>,
-    lost: LostSlot,
-) {
-    let mut lines = BufReader::new(stdout).lines();
-    let mut said_hello = false;
-    loop {
-        let line = match lines.next_line().await {
-            Ok(Some(l)) => l,
-            Ok(None) => {
-                let _ = tx.send(FromClient::Closed);
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(FromClient::Broken(ClientError {
-                    message: format!("not a protocol line (unreadable: {e})"),
-                    line: None,
-                }));
-                return;
-            }
-        };
-        if !said_hello {
-            said_hello = true;
-            match wire::hello(&line) {
-                Ok(lib) => {
-                    let _ = tx.send(FromClient::Hello(lib));
-                    continue;
-                }
-                Err(e) => {
-                    let _ = tx.send(FromClient::Broken(e));
-                    return;
-                }
-            }
-        }
-        match wire::incoming(&line) {
-            Ok(Incoming::Answer(a)) => {
-                let _ = tx.send(FromClient::Answer(a));
-            }
-            Ok(Incoming::SessionLost { reason, .. }) => {
-                if let Ok(slot) = lost.lock() {
-                    if let Some(s) = slot.as_ref() {
-                        let _ = s.send(Some(reason));
-                    }
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(FromClient::Broken(e));
-                return;
-            }
-        }
     }
 }
 
