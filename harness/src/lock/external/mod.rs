@@ -151,7 +151,12 @@ impl ExternalClient {
         };
         match hello {
             Some(Some(FromClient::Hello(lib))) => {
-                tracing::info!("client {} says hello: {lib}", self.ext.command[0]);
+                // Straight to the worker's log (stderr), whatever the log
+                // filter: which library ran is part of the record.
+                eprintln!(
+                    "worker {}: client {} says hello: {lib}",
+                    self.cfg.worker, self.ext.command[0]
+                );
                 self.library = lib;
             }
             Some(Some(FromClient::Broken(e))) => {
