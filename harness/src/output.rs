@@ -17,6 +17,8 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             "INCOMPLETE: the run never reached its end (no heal phase, no final reads)"
         } else if r.passed {
             "PASS: every expectation met"
+        } else if r.problems.iter().any(|p| p.contains(": client error: ")) {
+            "FAIL: a lock client broke the protocol (see the notes)"
         } else {
             "FAIL: an expectation was not met"
         }

@@ -16,6 +16,7 @@ use crate::assess;
 use crate::backend::{self, Backend, Deployment};
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
+use crate::lock::external::ExternalConfig;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
@@ -366,7 +367,17 @@ fn start_workers(
                 ttl: s.lock.ttl,
                 worker: id,
                 token: s.storage.token.mode(),
-                behaviour: s.workload.behaviour,
+                behaviour: s
+                    .client
+                    .as_ref()
+                    .map(|c| c.behaviour)
+                    .unwrap_or(s.workload.behaviour),
+                external: s.client.as_ref().map(|c| ExternalConfig {
+                    command: c.command.clone(),
+                    token: c.token.clone(),
+                    no_token: s.storage.token == crate::scenario::TokenName::None,
+                    log: rundir::client_log(&run.dir, id),
+                }),
             },
             storage_url: format!(
                 "{}{}",

@@ -97,6 +97,7 @@ struct Worker {
     lock: Box<dyn LockClient>,
     storage: Box<dyn FencedResource>,
     next_request: u64,
+    client_error_recorded: bool,
 }
 
 enum HoldOutcome {
@@ -123,6 +124,7 @@ pub async fn run(cfg: WorkerConfig) -> Result<()> {
         lock,
         storage,
         next_request: 0,
+        client_error_recorded: false,
     };
     w.main_loop().await
 }
@@ -132,6 +134,9 @@ impl Worker {
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (u64::from(self.cfg.id) << 32));
         let mut session: Option<Current> = None;
         while monotonic_ns() < self.cfg.end_ns {
+            if self.client_broke()? {
+                break;
+            }
             // The loss is recorded as it happens either way; only the careful
             // worker acts on it here.
             let careful = self.cfg.lock.behaviour == Behaviour::Careful;
@@ -158,8 +163,35 @@ impl Worker {
             }
         }
         drop(session);
+        // Recorded before `close`, which may itself wait for an unanswering client.
+        self.client_broke()?;
         self.lock.close_session().await;
+        self.client_broke()?;
         Ok(())
+    }
+
+    /// Records what an external client did wrong since the last look: requests
+    /// it left unanswered (`info`), and a broken rule (`fail`), after which the
+    /// worker ends. Returns whether it broke a rule.
+    fn client_broke(&mut self) -> Result<bool> {
+        for n in self.lock.take_notices() {
+            let mut e = self.event(EventType::Info, F::ClientError);
+            e.error = Some(n.message.clone());
+            e.detail = n.line.map(|l| serde_json::json!({ "line": l }));
+            record(&self.log, &e)?;
+        }
+        let Some(err) = self.lock.client_error() else {
+            return Ok(false);
+        };
+        if !self.client_error_recorded {
+            self.client_error_recorded = true;
+            tracing::error!("worker {}: client error: {err}", self.cfg.id);
+            let mut e = self.event(EventType::Fail, F::ClientError);
+            e.error = Some(err.message.clone());
+            e.detail = err.line.map(|l| serde_json::json!({ "line": l }));
+            record(&self.log, &e)?;
+        }
+        Ok(true)
     }
 
     async fn open_session(&mut self) -> Result<Current> {
@@ -253,8 +285,19 @@ impl Worker {
             }
             Ok(Acquire::Granted(g)) => g,
         };
-        let token = g.token(self.cfg.token);
+        // The grant's own session: the current one, except for an external
+        // library that takes a lease per lock (python-etcd3), whose grant
+        // names that lease, so the findings can follow its end.
+        let session = g.session;
         let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, session);
+        // An external client's token is its own answer's (`[client] token`).
+        let token = match self.lock.grant_detail() {
+            Some(d) => {
+                ok.detail = Some(d.detail);
+                d.token
+            }
+            None => g.token(self.cfg.token),
+        };
         ok.grant = Some(g.grant);
         ok.token = token;
         record(&self.log, &ok)?;

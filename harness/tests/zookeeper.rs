@@ -125,6 +125,7 @@ impl Ensemble {
             worker,
             token: fencecheck::scenario::TokenMode::Grant,
             behaviour: Default::default(),
+            external: None,
         };
         let mut c = ZkClient::connect(&cfg).await.expect("client");
         let s = c.open_session().await.expect("session");
@@ -311,6 +312,7 @@ async fn three_members_through_proxies_survive_a_leader_kill() {
         worker: 7,
         token: fencecheck::scenario::TokenMode::Grant,
         behaviour: Default::default(),
+        external: None,
     };
     let mut c = ZkClient::connect(&cfg).await.unwrap();
     let s = c.open_session().await.unwrap();

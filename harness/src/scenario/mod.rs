@@ -13,12 +13,14 @@ use serde::{Deserialize, Serialize};
 
 pub use fencecheck_storage::{Durability, Fencing};
 
+mod client;
 mod expect;
 mod fault;
 mod locate;
 mod pg;
 mod validate;
 
+pub use client::Client;
 pub use expect::{Count, Expect};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
@@ -52,6 +54,9 @@ pub struct Scenario {
     pub storage: Storage,
     #[serde(default)]
     pub workload: Workload,
+    /// The user's lock client (`docs/client-protocol.md`); unset: fencecheck's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<Client>,
     #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
     #[serde(default)]
@@ -517,9 +522,26 @@ impl Scenario {
         Scenario::parse(&text, &file)
     }
 
+    /// Reads a run directory's resolved `scenario.toml`: validated as any, but
+    /// a `[client]` command that has since gone does not stop a `check` of what
+    /// was recorded.
+    pub fn load_recorded(path: &Path) -> Result<Scenario, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read scenario file: {e}"),
+        })?;
+        Scenario::parse_with(&text, &file, false)
+    }
+
     /// Parses and validates scenario text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-        let sc: Scenario = toml::from_str(text).map_err(|e| {
+        Scenario::parse_with(text, file, true)
+    }
+
+    fn parse_with(text: &str, file: &str, find_client: bool) -> Result<Scenario, ScenarioError> {
+        let mut sc: Scenario = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| validate::line_of_offset(text, s.start));
             ScenarioError {
                 file: file.to_string(),
@@ -528,6 +550,7 @@ impl Scenario {
             }
         })?;
         validate::validate(&sc, text, file)?;
+        client::resolve(&mut sc, text, file, find_client)?;
         Ok(sc)
     }
 

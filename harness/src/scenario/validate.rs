@@ -270,7 +270,9 @@ fn redis_rules(
             ),
         ));
     }
+    // An external client's token is `[client] token` (scenario/client.rs).
     match s.storage.token {
+        _ if s.client.is_some() => {}
         TokenName::Counter | TokenName::Owner | TokenName::None => {}
         t => {
             return Err(err(

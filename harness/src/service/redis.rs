@@ -47,6 +47,10 @@ pub fn clockshim_path() -> PathBuf {
 
 /// Deletes every lock key (KEYS) whose owner belongs to session ARGV[1], and
 /// publishes each deletion; returns how many.
+///
+/// Keyspace events: `E$gx` — expired keys (`x`), and `set`/`del` (`$`, `g`) so
+/// the observer sees the grants and releases of clients that announce nothing
+/// (redis-py's `Lock`, through `[client]`).
 const DELETE_SESSION: &str = r"
 local n = 0
 for _, k in ipairs(KEYS) do
@@ -54,8 +58,11 @@ for _, k in ipairs(KEYS) do
   if v then
     local _, _, s = string.find(v, '^[^:]*:[^:]*:([^:]*):')
     if s == ARGV[1] then
-      redis.call('DEL', k)
+      -- Announced before the DEL: the observer also follows DEL keyspace events
+      -- (as releases, for clients that publish nothing), and must learn first
+      -- that this one ends a session.
       redis.call('PUBLISH', ARGV[2], 'deleted ' .. k .. ' ' .. v)
+      redis.call('DEL', k)
       n = n + 1
     end
   end
@@ -140,7 +147,7 @@ pub fn instance_config(client: SocketAddr, data: &Path, p: Persistence) -> Strin
     };
     format!(
         "bind {}\nport {}\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
-         dir {}\nsave \"\"\n{aof}notify-keyspace-events Ex\n",
+         dir {}\nsave \"\"\n{aof}notify-keyspace-events E$gx\n",
         client.ip(),
         client.port(),
         data.display(),

@@ -100,7 +100,7 @@ mod tests {
             "dir /data",
             "appendonly yes",
             "appendfsync always",
-            "notify-keyspace-events Ex",
+            "notify-keyspace-events E$gx",
         ] {
             assert!(cfg.lines().any(|l| l == line), "{line} not in:\n{cfg}");
         }

@@ -38,6 +38,11 @@ const EXPIRED: &str = "__keyevent@0__:expired";
 const SETUP: Duration = Duration::from_millis(250);
 /// Between attempts: short, so the observer is back before the workers are.
 const RETRY: Duration = Duration::from_millis(20);
+/// Every SET and DEL (`notify-keyspace-events E$gx`): an external client's
+/// library (redis-py) announces nothing, so its grants are seen as the SET of a
+/// lock key (its owner value read right after) and its releases as the DEL.
+const SET: &str = "__keyevent@0__:set";
+const DEL: &str = "__keyevent@0__:del";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
@@ -98,6 +103,7 @@ impl State {
                 grant: self.next,
                 session,
                 id: owner.to_string(),
+                value: None,
             });
             return;
         }
@@ -198,6 +204,8 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(EVENTS).await?;
         pubsub.subscribe(EXPIRED).await?;
+        pubsub.subscribe(SET).await?;
+        pubsub.subscribe(DEL).await?;
         // What the instance holds now (after subscribing, so nothing falls
         // between): keys gone since the last look ended their holds (a restart
         // without the AOF).
@@ -228,6 +236,31 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         if m.get_channel_name() == EXPIRED {
             if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
                 with(state, |s| s.apply(i, name, None, Cause::Ended));
+            }
+            continue;
+        }
+        if m.get_channel_name() == DEL {
+            // fencecheck's own scripts announce theirs too (the harness's
+            // deletion before its DEL); a repeated change is a no-op.
+            if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
+                with(state, |s| s.apply(i, name, None, Cause::Released));
+            }
+            continue;
+        }
+        if m.get_channel_name() == SET {
+            let Some(name) = payload.strip_prefix(LOCK_PREFIX) else {
+                continue;
+            };
+            // The owner is what the key holds now; gone already (released or
+            // expired within the look-up) leaves it unobserved.
+            let v: Option<String> = tokio::time::timeout(
+                Duration::from_secs(2),
+                redis::cmd("GET").arg(&payload).query_async(&mut c),
+            )
+            .await
+            .context("GET after a SET timed out")??;
+            if let Some(v) = v {
+                with(state, |s| s.apply(i, name, Some(&v), Cause::Granted));
             }
             continue;
         }
