@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The nightly job: every shipped scenario on etcd 3.5 and on etcd 3.4 (they behave
-# differently), with a seed derived from the date (so a night's run can be
-# reproduced exactly, and every night explores a new schedule). All run dirs go
+# differently), then the lock-client adapters' scenarios, with a seed derived from
+# the date (so a night's run can be reproduced exactly, and every night explores a
+# new schedule). All run dirs go
 # under one folder with an index.html per etcd version; the job ends with the
 # summaries and fails if any expectation was unmet or any run could not run.
 #
@@ -27,9 +28,17 @@ for etcd in 3.5 3.4; do
   [ "$rc" -gt "$status" ] && status=$rc
 done
 
+# The lock-client adapters (scenarios/clients/) bring their own service versions.
+echo "== lock-client adapters, seed $SEED =="
+"$BIN" suite scenarios/clients/ --seed "$SEED" --out "$OUT/clients" --quiet \
+  | tee "$OUT/summary-clients.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -gt "$status" ] && status=$rc
+
 echo
 echo "nightly $DAY (seed $SEED): reports under $OUT"
 for etcd in 3.5 3.4; do
   echo "  etcd $etcd: $OUT/etcd-$etcd/index.html"
 done
+echo "  clients: $OUT/clients/index.html"
 exit "$status"
