@@ -9,6 +9,7 @@ Starts etcd (default: fencecheck's cached 3.5, else /usr/bin/etcd) on free
 ports with a temporary data dir, then: A and B open 2 s sessions on one lock;
 A holds; B waits; A is frozen (SIGSTOP) past its TTL; B must be granted with
 larger tokens; A, woken, must report session-lost; A reopens and locks again.
+Then a waiter frozen past its TTL while it waits (see waiter_expires).
 Exits 1 on the first thing that does not hold. Kills what it starts.
 """
 import json
@@ -131,6 +132,40 @@ def start_etcd(binary):
     fail(f"etcd did not listen on {client} within 20 s")
 
 
+def waiter_expires(ep, procs):
+    """etcd 3.4's Mutex.Lock does not look at its own key again after waiting:
+    a waiter whose session expires while it waits is still granted once the
+    keys before it are gone, with its key deleted, at the same moment as the
+    next waiter, and both get the same Header().Revision."""
+    lock = LOCK + "-waiter"
+    a, b, c = Adapter("A2"), Adapter("B2"), Adapter("C2")
+    procs += [a, b, c]
+    for x in (a, b, c):
+        x.call("open", service="etcd", endpoints=[ep], ttl_ms=2000)
+    a.call("acquire", lock=lock)
+    rb = b.send("acquire", lock=lock)
+    time.sleep(0.5)
+    rc = c.send("acquire", lock=lock)
+    time.sleep(0.5)
+    b.p.send_signal(signal.SIGSTOP)  # B waits, frozen past its TTL
+    time.sleep(4)
+    b.p.send_signal(signal.SIGCONT)
+    if b.wait_event(10).get("event") != "session-lost":
+        fail("B2 did not report its session lost")
+    a.call("release")
+    gb, gc = b.answer(rb, 10), c.answer(rc, 10)
+    if not (gb.get("ok") and gc.get("ok")):
+        fail(f"B2 {gb} / C2 {gc}: expected both granted (etcd 3.4 Mutex)")
+    if gb["tokens"]["create_revision"] is not None or "revision" in gb:
+        fail(f"B2's key should be gone: {gb}")
+    if gb["token"] != gc["token"]:
+        fail(f"B2 and C2 should share a header revision: {gb} / {gc}")
+    print(f"waiter expired while waiting: B2 and C2 both granted, header revision {gb['token']} twice, "
+          f"B2's key gone")
+    for x in (a, b, c):
+        x.call("close")
+
+
 def main():
     default = os.path.expanduser("~/.cache/fencecheck/etcd-3.5/etcd")
     binary = sys.argv[1] if len(sys.argv) > 1 else (default if os.path.exists(default) else "/usr/bin/etcd")
@@ -175,6 +210,7 @@ def main():
         a.call("release")
         a.call("close")
         b.call("close")
+        waiter_expires(ep, procs)
         print("OK")
     finally:
         for p in procs:
