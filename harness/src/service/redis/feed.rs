@@ -211,9 +211,10 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         // without the AOF).
         let mut c = proto::connect(&addr.to_string()).await?;
         let now = read_locks(&mut c).await?;
-        anyhow::Ok((pubsub, now))
+        // `c` stays for the GET of an owner after a keyspace SET.
+        anyhow::Ok((pubsub, now, c))
     };
-    let (mut pubsub, now) = tokio::time::timeout(SETUP, setup)
+    let (mut pubsub, now, mut c) = tokio::time::timeout(SETUP, setup)
         .await
         .context("subscribing and reading the lock keys timed out")??;
     with(state, |s| {
