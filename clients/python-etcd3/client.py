@@ -88,7 +88,8 @@ class Adapter:
             raise RuntimeError("acquire before open")
         name = req["lock"]
         lock = self.client.lock(name, ttl=self.ttl_s)
-        log(f"acquire: {name} -> key {lock.key} value {uuid.UUID(bytes=lock.uuid)}")
+        log(f"acquire: {name} -> key {lock.key} value {lock.uuid.hex()} (uuid "
+            f"{uuid.UUID(bytes=lock.uuid)})")
         self.wait_for(lock)
         self.lock = lock
         lease = lock.lease.id
@@ -96,8 +97,9 @@ class Adapter:
             "token": lease,
             "tokens": {"lease": lease},
             "entry": lock.key,
-            # The stored value is the uuid's 16 raw bytes; as text, its usual form.
-            "value": str(uuid.UUID(bytes=lock.uuid)),
+            # The stored value is the uuid's 16 raw bytes, not text: as lowercase
+            # hex, the form the harness gives a value that is not UTF-8.
+            "value": lock.uuid.hex(),
         }
         try:
             value, meta = self.client.get(lock.key)
