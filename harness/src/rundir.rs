@@ -35,6 +35,11 @@ pub fn worker_log(run_dir: &Path, id: u32) -> PathBuf {
     run_dir.join(format!("worker-{id}.log"))
 }
 
+/// An external lock client's stderr (`[client]`): the adapter's own log.
+pub fn client_log(run_dir: &Path, id: u32) -> PathBuf {
+    run_dir.join(format!("worker-{id}.client.log"))
+}
+
 /// Member `i`'s log: `etcd-0.log`, `zk-0.log`.
 pub fn member_log(run_dir: &Path, service: &str, i: usize) -> PathBuf {
     run_dir.join(format!("{service}-{i}.log"))

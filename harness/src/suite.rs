@@ -113,11 +113,17 @@ fn counts(o: &Outcome) -> String {
         (Some(r), _) => {
             let c = &r.checks;
             format!(
-                "stale accepted {}, stale rejected {}, overlaps {}, lost {}{}",
+                "stale accepted {}, stale rejected {}, overlaps {}, lost {}{}{}",
                 c.fencing.stale_accepted,
                 c.fencing.stale_rejected,
                 c.mutex.overlaps,
                 c.counter.lost,
+                // Only the exception is named: most rows run the careful worker.
+                if r.run.behaviour == "naive" {
+                    ", naive worker"
+                } else {
+                    ""
+                },
                 c.linearizable
                     .as_ref()
                     .map(|l| format!(", linearizable {}", l.valid))

@@ -17,6 +17,11 @@
 //! the hold it is in, as a real, unaware client would: that is the bug being tested.
 //! Only at its next acquisition does it notice, as `concurrency.Session.Done()`
 //! would, and open a new session.
+//!
+//! A naive worker (`[workload] behaviour = "naive"`, Jepsen's 2020 lock-set client)
+//! does not notice even then: it goes on acquiring under the lost session and opens
+//! a new one only once an acquisition fails (etcd: `Lock` on a lease that is gone).
+//! What its lock client trusts is the client's business (`crate::lock::etcd`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -29,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
-use crate::lock::{self, Acquire, ClientConfig, Granted, LockClient};
+use crate::lock::{self, Acquire, Behaviour, ClientConfig, Granted, LockClient};
 use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::{fencecheck::HttpStorage, FencedResource};
 use crate::scenario::TokenMode;
@@ -92,6 +97,7 @@ struct Worker {
     lock: Box<dyn LockClient>,
     storage: Box<dyn FencedResource>,
     next_request: u64,
+    client_error_recorded: bool,
 }
 
 enum HoldOutcome {
@@ -118,6 +124,7 @@ pub async fn run(cfg: WorkerConfig) -> Result<()> {
         lock,
         storage,
         next_request: 0,
+        client_error_recorded: false,
     };
     w.main_loop().await
 }
@@ -127,7 +134,13 @@ impl Worker {
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (u64::from(self.cfg.id) << 32));
         let mut session: Option<Current> = None;
         while monotonic_ns() < self.cfg.end_ns {
-            if session.as_ref().is_none_or(Current::is_lost) {
+            if self.client_broke()? {
+                break;
+            }
+            // The loss is recorded as it happens either way; only the careful
+            // worker acts on it here.
+            let careful = self.cfg.lock.behaviour == Behaviour::Careful;
+            if session.as_ref().is_none_or(|s| careful && s.is_lost()) {
                 session = None;
                 match self.open_session().await {
                     Ok(s) => session = Some(s),
@@ -150,8 +163,35 @@ impl Worker {
             }
         }
         drop(session);
+        // Recorded before `close`, which may itself wait for an unanswering client.
+        self.client_broke()?;
         self.lock.close_session().await;
+        self.client_broke()?;
         Ok(())
+    }
+
+    /// Records what an external client did wrong since the last look: requests
+    /// it left unanswered (`info`), and a broken rule (`fail`), after which the
+    /// worker ends. Returns whether it broke a rule.
+    fn client_broke(&mut self) -> Result<bool> {
+        for n in self.lock.take_notices() {
+            let mut e = self.event(EventType::Info, F::ClientError);
+            e.error = Some(n.message.clone());
+            e.detail = n.line.map(|l| serde_json::json!({ "line": l }));
+            record(&self.log, &e)?;
+        }
+        let Some(err) = self.lock.client_error() else {
+            return Ok(false);
+        };
+        if !self.client_error_recorded {
+            self.client_error_recorded = true;
+            tracing::error!("worker {}: client error: {err}", self.cfg.id);
+            let mut e = self.event(EventType::Fail, F::ClientError);
+            e.error = Some(err.message.clone());
+            e.detail = err.line.map(|l| serde_json::json!({ "line": l }));
+            record(&self.log, &e)?;
+        }
+        Ok(true)
     }
 
     async fn open_session(&mut self) -> Result<Current> {
@@ -245,8 +285,19 @@ impl Worker {
             }
             Ok(Acquire::Granted(g)) => g,
         };
-        let token = g.token(self.cfg.token);
+        // The grant's own session: the current one, except for an external
+        // library that takes a lease per lock (python-etcd3), whose grant
+        // names that lease, so the findings can follow its end.
+        let session = g.session;
         let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, session);
+        // An external client's token is its own answer's (`[client] token`).
+        let token = match self.lock.grant_detail() {
+            Some(d) => {
+                ok.detail = Some(d.detail);
+                d.token
+            }
+            None => g.token(self.cfg.token),
+        };
         ok.grant = Some(g.grant);
         ok.token = token;
         record(&self.log, &ok)?;

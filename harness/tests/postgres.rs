@@ -156,10 +156,6 @@ fn postgres_refusals_are_exit_2_with_file_and_line() {
             ":3:",
         ),
         (
-            "name = \"x\"\n[cluster]\nbackend = \"docker\"\n[storage]\nkind = \"postgres\"\n",
-            ":5:",
-        ),
-        (
             "name = \"x\"\n[storage]\nisolation = \"serializable\"\n",
             ":3:",
         ),

@@ -110,6 +110,158 @@ fn redlock_without_a_token_accepts_stale_writes() {
     );
 }
 
+/// Kleppmann's scenario with no process paused: a holder with a bare majority
+/// loses its key on one master to a clock jump, a second client gets a majority
+/// while it still holds, and the report ties the overlap to the jump.
+#[test]
+fn redlock_clock_jump_gives_two_holders_with_no_pause() {
+    let _g = serial();
+    let (_dir, r) = run_kept("redlock-clock-jump", "redlock");
+    assert!(faults_of(&r, "pause").is_empty(), "{}", r["faults"]);
+    let jumps = faults_of(&r, "clock-jump");
+    assert_eq!(jumps.len(), 3, "{}", r["faults"]);
+    for j in &jumps {
+        assert_eq!(j["outcome"], "ok", "{j}");
+        // The step was seen through the instance's own TIME, not assumed.
+        let done = &j["detail"]["done"][0];
+        let moved = done["instance_time_after_us"].as_i64().expect("after")
+            - done["instance_time_before_us"].as_i64().expect("before");
+        assert!(moved >= 9_000_000, "{j}");
+        assert_eq!(done["member"], 0, "{j}");
+    }
+    let m = &r["checks"]["mutex"];
+    assert!(n(&m["overlaps"]) >= 1, "{m}");
+    let jump_ids: Vec<u64> = jumps.iter().filter_map(|j| j["id"].as_u64()).collect();
+    let linked = m["examples"]
+        .as_array()
+        .expect("examples")
+        .iter()
+        .filter(|o| {
+            o["faults"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|id| id.as_u64().is_some_and(|id| jump_ids.contains(&id)))
+            })
+        })
+        .count();
+    assert!(linked >= 1, "no overlap linked to a clock jump: {m}");
+    let (accepted, _, _) = fencing(&r);
+    assert!(accepted >= 1, "{}", r["checks"]["fencing"]);
+}
+
+/// Redlock with the first master's counter as the token: ordered while that master
+/// keeps it, so a monotonic storage refuses the woken holder.
+#[test]
+fn redlock_counter_from_the_first_master_fences() {
+    let _g = serial();
+    let (_dir, r) = run_kept("redlock-counter-pause", "redlock");
+    let (accepted, rejected, fresh) = fencing(&r);
+    assert_eq!(accepted, 0, "{}", r["checks"]["fencing"]);
+    assert!(rejected >= 1, "{}", r["checks"]["fencing"]);
+    assert_eq!(fresh, 0, "{}", r["checks"]["fencing"]);
+    assert_eq!(
+        r["checks"]["token"]["valid"], true,
+        "{}",
+        r["checks"]["token"]
+    );
+}
+
+/// The random owner value as a token: unique, not ordered; monotonic fencing
+/// refuses fresh holders.
+#[test]
+fn redlock_owner_value_is_not_an_order() {
+    let _g = serial();
+    let (_dir, r) = run_kept("redlock-owner-token", "redlock");
+    let (_, _, fresh) = fencing(&r);
+    assert!(fresh >= 1, "{}", r["checks"]["fencing"]);
+    let t = &r["checks"]["token"];
+    assert_eq!(t["valid"], false, "{t}");
+    assert!(n(&t["regressions"]) >= 1, "{t}");
+}
+
+/// clockshim itself, on a bare redis-server: a key set before the step is gone
+/// right after it, one set after it lives its TTL, and TIME moved.
+#[test]
+fn clockshim_steps_a_redis_clock_and_expires_keys_early() {
+    let shim = fencecheck::service::redis::clockshim_path();
+    assert!(shim.is_file(), "no {}: run ci/bootstrap.sh", shim.display());
+    let dir = tempfile::tempdir().expect("tmp");
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "0\n").expect("offset");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut child = std::process::Command::new("/usr/bin/redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .env("LD_PRELOAD", &shim)
+        .env("CLOCKSHIM_OFFSET_FILE", &offset)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let res = rt.block_on(async {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut c = loop {
+            match client.get_multiplexed_tokio_connection().await {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        };
+        let time = |c: &mut redis::aio::MultiplexedConnection| {
+            let mut c = c.clone();
+            async move {
+                let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+                Ok::<i64, redis::RedisError>(s * 1_000_000 + us)
+            }
+        };
+        let before = time(&mut c).await?;
+        let _: () = redis::cmd("SET")
+            .arg("old")
+            .arg("v")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        std::fs::write(&offset, "20000000000\n").expect("step");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let after = time(&mut c).await?;
+        let old: Option<String> = redis::cmd("GET").arg("old").query_async(&mut c).await?;
+        let _: () = redis::cmd("SET")
+            .arg("new")
+            .arg("v")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        let ttl: i64 = redis::cmd("PTTL").arg("new").query_async(&mut c).await?;
+        Ok((before, after, old, ttl))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let (before, after, old, ttl) = res.expect("redis under clockshim");
+    assert!(
+        after - before >= 20_000_000,
+        "TIME moved {} µs",
+        after - before
+    );
+    assert_eq!(old, None, "a key set before the step outlived it");
+    assert!(
+        ttl > 9_000,
+        "a key set after the step lost its TTL: {ttl} ms"
+    );
+}
+
 /// Bad input is refused before anything starts, with exit 2 and file:line.
 #[test]
 fn bad_redis_scenarios_are_refused_with_file_and_line() {
@@ -144,6 +296,33 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
             4,
             "Redis's",
         ),
+        // A clock jump on a service whose clock fencecheck cannot step...
+        (
+            "name = \"x\"\n[[fault]]\nkind = \"clock-jump\"\ntarget = \"member:0\"\n\
+             at = \"2s\"\nby = \"5s\"\n",
+            3,
+            "clockshim",
+        ),
+        // ...without saying how far, or on a worker.
+        (
+            "name = \"x\"\n[lock]\nservice = \"redis\"\n[storage]\ntoken = \"counter\"\n\
+             [[fault]]\nkind = \"clock-jump\"\ntarget = \"member:0\"\nat = \"2s\"\n",
+            7,
+            "needs `by`",
+        ),
+        (
+            "name = \"x\"\n[lock]\nservice = \"redis\"\n[storage]\ntoken = \"counter\"\n\
+             [[fault]]\nkind = \"clock-jump\"\ntarget = \"holder\"\nat = \"2s\"\nby = \"1s\"\n",
+            8,
+            "does not fit",
+        ),
+        // `by` on another fault.
+        (
+            "name = \"x\"\n[[fault]]\nkind = \"pause\"\nat = \"2s\"\nduration = \"1s\"\n\
+             by = \"1s\"\n",
+            6,
+            "only with kind",
+        ),
     ];
     for (text, line, says) in cases {
         let e = Scenario::parse(text, "bad.toml").expect_err(text);
@@ -154,7 +333,58 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
             "{e}"
         );
     }
+    // A clock jump on a backend that cannot step a clock (the docker backend runs
+    // no clockshim): refused from the fault's declared availability.
+    use fencecheck::scenario::{BackendKind, FaultKind, ServiceKind, Target};
+    use fencecheck::service::{available, Availability};
+    for svc in [ServiceKind::Redis, ServiceKind::Redlock] {
+        match available(
+            svc,
+            BackendKind::Docker,
+            FaultKind::ClockJump,
+            Target::Member(0),
+        ) {
+            Availability::No(why) => assert!(why.contains("process backend only"), "{why}"),
+            Availability::Yes => panic!("clock-jump accepted on docker for {svc}"),
+        }
+        assert_eq!(
+            available(
+                svc,
+                BackendKind::Process,
+                FaultKind::ClockJump,
+                Target::Member(0)
+            ),
+            Availability::Yes
+        );
+    }
     let dir = tempfile::tempdir().expect("tmp");
+    // Through the binary: a clock jump on etcd, and on the docker backend (refused
+    // at the fault line, or — while Redis has no docker deployment — at the
+    // backend line): exit 2 with file:line either way.
+    let etcd = dir.path().join("etcd-jump.toml");
+    std::fs::write(&etcd, cases[5].0).expect("write");
+    let o = bin().arg("validate").arg(&etcd).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("etcd-jump.toml:3") && err.contains("clock-jump"),
+        "{err}"
+    );
+    let docker = dir.path().join("docker-jump.toml");
+    std::fs::write(
+        &docker,
+        "name = \"x\"\n[cluster]\nbackend = \"docker\"\n[lock]\nservice = \"redis\"\n\
+         [storage]\ntoken = \"counter\"\n[[fault]]\nkind = \"clock-jump\"\n\
+         target = \"member:0\"\nat = \"2s\"\nby = \"5s\"\n",
+    )
+    .expect("write");
+    let o = bin().arg("validate").arg(&docker).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("docker-jump.toml:9") || err.contains("docker-jump.toml:3"),
+        "{err}"
+    );
     let path = dir.path().join("even.toml");
     std::fs::write(&path, cases[1].0).expect("write");
     let o = bin().arg("scenario").arg(&path).output().expect("run");

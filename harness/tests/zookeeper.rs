@@ -123,6 +123,9 @@ impl Ensemble {
             endpoints: self.endpoints(),
             ttl: Duration::from_secs(2),
             worker,
+            token: fencecheck::scenario::TokenMode::Grant,
+            behaviour: Default::default(),
+            external: None,
         };
         let mut c = ZkClient::connect(&cfg).await.expect("client");
         let s = c.open_session().await.expect("session");
@@ -307,6 +310,9 @@ async fn three_members_through_proxies_survive_a_leader_kill() {
         endpoints: zk.endpoints(),
         ttl: Duration::from_secs(4),
         worker: 7,
+        token: fencecheck::scenario::TokenMode::Grant,
+        behaviour: Default::default(),
+        external: None,
     };
     let mut c = ZkClient::connect(&cfg).await.unwrap();
     let s = c.open_session().await.unwrap();

@@ -28,6 +28,10 @@ fn default_resource() -> String {
     "fencecheck".into()
 }
 
+fn default_behaviour() -> String {
+    "careful".into()
+}
+
 /// `true`, `false`, or `"unknown"` (a checker could not decide, e.g. it timed out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Validity {
@@ -136,6 +140,11 @@ pub struct RunInfo {
     pub ttl_s: u64,
     pub fencing: String,
     pub token: String,
+    /// How fencecheck's worker treated grants and session loss: "careful" or
+    /// "naive" (Jepsen's 2020 lock-set client); "careful" when read from a run
+    /// written before it was a choice.
+    #[serde(default = "default_behaviour")]
+    pub behaviour: String,
     /// Where the fenced writes landed: "fencecheck (flush)", "fencecheck (fsync)",
     /// "http <url>"; absent before fenced resources were a choice.
     #[serde(default = "default_resource")]
@@ -300,6 +309,11 @@ pub struct KeyCount {
     pub final_value: i64,
     /// `applied - final_value` when positive: increments overwritten.
     pub lost: u64,
+    /// `(acknowledged - final_value) / acknowledged` when positive: the share of
+    /// this key's acknowledged increments its final value does not hold. Absent
+    /// when nothing was acknowledged (and in reports written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_fraction: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -307,6 +321,12 @@ pub struct CounterCheck {
     pub valid: Validity,
     pub acknowledged: u64,
     pub lost: u64,
+    /// The share of acknowledged increments the final value does not hold:
+    /// `(acknowledged - final value) / acknowledged` summed over keys (a lower
+    /// bound: an increment whose answer was lost may have landed in their stead).
+    /// Absent when nothing was acknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_fraction: Option<f64>,
     pub keys: Vec<KeyCount>,
 }
 

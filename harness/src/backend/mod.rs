@@ -74,27 +74,41 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
             let reason = format!("requested; Docker engine {}", engine.version);
             docker(engine, reason)
         }
-        BackendKind::Auto if scenario.storage.kind == crate::scenario::StorageKind::Postgres => {
-            process(
-                "auto: PostgreSQL storage runs on the process backend only, so local processes"
-                    .into(),
-            )
-        }
         BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
             process(format!(
                 "auto: {} does not run on the docker backend yet, so local processes",
                 scenario.lock.service
             ))
         }
-        BackendKind::Auto => match docker::engine(docker::PING_TIMEOUT).await {
-            Ok(engine) => {
-                let reason = format!("auto: a Docker engine answered ({})", engine.version);
-                docker(engine, reason)
-            }
-            Err(e) => process(format!(
-                "auto: no Docker engine answered ({e:#}), so local processes"
-            )),
+        BackendKind::Auto => match docker_refuses(scenario) {
+            Some(why) => process(format!("auto: {why} on docker, so local processes")),
+            None => match docker::engine(docker::PING_TIMEOUT).await {
+                Ok(engine) => {
+                    let reason = format!("auto: a Docker engine answered ({})", engine.version);
+                    docker(engine, reason)
+                }
+                Err(e) => process(format!(
+                    "auto: no Docker engine answered ({e:#}), so local processes"
+                )),
+            },
         },
+    })
+}
+
+/// The first fault of `scenario` the docker backend cannot do (e.g. a delay of
+/// member links): `auto` then runs processes, which can, rather than refuse.
+fn docker_refuses(scenario: &Scenario) -> Option<String> {
+    scenario.faults.iter().enumerate().find_map(|(i, f)| {
+        let svc = scenario.lock.service;
+        match crate::service::available(svc, BackendKind::Docker, f.kind, f.target) {
+            crate::service::Availability::Yes => None,
+            crate::service::Availability::No(_) => Some(format!(
+                "fault #{} ({} of {}) is not available",
+                i + 1,
+                f.kind,
+                f.target
+            )),
+        }
     })
 }
 
@@ -174,26 +188,35 @@ impl Backend {
         }
     }
 
-    /// Kills the storage outright (SIGKILL; its log stays). Process backend only:
-    /// `validate` refuses the fault on docker.
+    /// Kills the storage outright (SIGKILL; its log, or PostgreSQL's data
+    /// directory, stays).
     pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.kill_storage().await,
-            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
+            Backend::Docker(b) => b.kill_storage().await,
         }
     }
 
-    /// Starts the storage again on its log and waits until it answers.
+    /// Starts the storage again on its log (PostgreSQL: crash recovery) and waits
+    /// until it answers.
     pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
         match self {
             Backend::Process(b) => b.restart_storage().await,
-            Backend::Docker(_) => bail!("the docker backend cannot kill and restart its storage"),
+            Backend::Docker(b) => b.restart_storage().await,
         }
     }
 
     /// Cuts members off from the others (`on`) or lets them back. The process
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.
+    /// The clock-offset file clockshim reads under member `i` (clock-jump).
+    pub fn clock_file(&self, i: usize) -> Result<std::path::PathBuf> {
+        match self {
+            Backend::Process(b) => b.clock_file(i),
+            Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
+        }
+    }
+
     pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
         match self {
             Backend::Process(_) => {

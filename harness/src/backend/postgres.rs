@@ -1,7 +1,9 @@
 //! PostgreSQL 15 as the fenced resource on the process backend: `initdb` in the
 //! run directory (`pg.data`), `postgres` on a loopback address and a free port,
 //! the tables, crash and restart, and the export of the log table to
-//! `storage.jsonl` (the file every checker reads).
+//! `storage.jsonl` (the file every checker reads). The settings, the readiness
+//! probe, the tables and the export serve the docker backend's PostgreSQL
+//! container too (`docker/storage.rs`).
 //!
 //! PostgreSQL refuses to run as root, so `initdb` and `postgres` are started
 //! directly as the `postgres` user (uid/gid set in the spawn, no `su` in between):
@@ -97,7 +99,7 @@ impl PgServer {
         s.initdb().await?;
         s.spawn()?;
         s.wait_ready().await?;
-        s.schema(scenario.workload.keys).await?;
+        create_schema(s.addr, scenario.workload.keys).await?;
         Ok(s)
     }
 
@@ -138,18 +140,8 @@ impl PgServer {
         let mut cmd = self.command("postgres");
         cmd.arg("-D").arg(&self.data);
         cmd.args(["-p", &self.addr.port().to_string()]);
-        for (k, v) in [
-            ("listen_addresses", HOST),
-            // No unix socket: nothing to create outside the run directory.
-            ("unix_socket_directories", ""),
-            ("fsync", "on"),
-            ("synchronous_commit", self.sync.as_str()),
-            ("full_page_writes", "on"),
-            ("max_connections", "100"),
-            ("shared_buffers", "32MB"),
-            ("logging_collector", "off"),
-        ] {
-            cmd.arg("-c").arg(format!("{k}={v}"));
+        for s in settings(HOST, self.sync) {
+            cmd.arg("-c").arg(s);
         }
         self.child = Some(spawn("postgres", cmd, &self.log)?);
         Ok(())
@@ -163,19 +155,7 @@ impl PgServer {
         let result = poll_until("PostgreSQL", READY_DEADLINE, || {
             let exited = self.child.as_mut().and_then(Child::exited).is_some();
             let addr = addr.clone();
-            async move {
-                if exited {
-                    return true;
-                }
-                let Ok(c) = connect(&addr, Duration::from_secs(2)).await else {
-                    return false;
-                };
-                let left = end.saturating_duration_since(tokio::time::Instant::now());
-                matches!(
-                    tokio::time::timeout(left, c.simple_query("SELECT 1")).await,
-                    Ok(Ok(_))
-                )
-            }
+            async move { exited || answers(&addr, end).await }
         })
         .await;
         if let Some(st) = self.child.as_mut().and_then(Child::exited) {
@@ -186,25 +166,6 @@ impl PgServer {
             );
         }
         result.with_context(|| format!("PostgreSQL at {}; see {}", self.addr, self.log.display()))
-    }
-
-    async fn schema(&self, keys: u32) -> Result<()> {
-        let c = connect(&self.addr.to_string(), CALL_TIMEOUT).await?;
-        let sql = format!(
-            "CREATE TABLE kv (key text PRIMARY KEY, value bigint, max_token bigint);
-             INSERT INTO kv (key) SELECT 'k' || i FROM generate_series(0, {}) i;
-             CREATE TABLE log (seq bigserial PRIMARY KEY, time_ns bigint NOT NULL,
-               client text NOT NULL, request_id bigint NOT NULL, op text NOT NULL,
-               key text NOT NULL, val bigint, token bigint, revision bigint, lease bigint,
-               verdict text NOT NULL, token_before bigint, token_after bigint,
-               value_before bigint, value_after bigint);",
-            keys.saturating_sub(1)
-        );
-        tokio::time::timeout(CALL_TIMEOUT, c.batch_execute(&sql))
-            .await
-            .context("creating the tables timed out")?
-            .context("creating the tables")?;
-        Ok(())
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -280,6 +241,59 @@ impl PgServer {
             }
         }
     }
+}
+
+/// The server settings (`-c name=value`) both backends start PostgreSQL with;
+/// `listen` is its listen address.
+pub fn settings(listen: &str, sync: SyncCommit) -> Vec<String> {
+    [
+        ("listen_addresses", listen),
+        // No unix socket: nothing to create outside the data directory.
+        ("unix_socket_directories", ""),
+        ("fsync", "on"),
+        ("synchronous_commit", sync.as_str()),
+        ("full_page_writes", "on"),
+        ("max_connections", "100"),
+        ("shared_buffers", "32MB"),
+        ("logging_collector", "off"),
+    ]
+    .iter()
+    .map(|(k, v)| format!("{k}={v}"))
+    .collect()
+}
+
+/// Does PostgreSQL at `addr` accept a connection and answer `SELECT 1` before
+/// `end`?
+pub async fn answers(addr: &str, end: tokio::time::Instant) -> bool {
+    let Ok(c) = connect(addr, Duration::from_secs(2)).await else {
+        return false;
+    };
+    let left = end.saturating_duration_since(tokio::time::Instant::now());
+    matches!(
+        tokio::time::timeout(left, c.simple_query("SELECT 1")).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Creates the tables (`kv` with one row per key, and the `log` table the checkers
+/// read) in a fresh cluster at `addr`.
+pub async fn create_schema(addr: SocketAddr, keys: u32) -> Result<()> {
+    let c = connect(&addr.to_string(), CALL_TIMEOUT).await?;
+    let sql = format!(
+        "CREATE TABLE kv (key text PRIMARY KEY, value bigint, max_token bigint);
+             INSERT INTO kv (key) SELECT 'k' || i FROM generate_series(0, {}) i;
+             CREATE TABLE log (seq bigserial PRIMARY KEY, time_ns bigint NOT NULL,
+               client text NOT NULL, request_id bigint NOT NULL, op text NOT NULL,
+               key text NOT NULL, val bigint, token bigint, revision bigint, lease bigint,
+               verdict text NOT NULL, token_before bigint, token_after bigint,
+               value_before bigint, value_after bigint);",
+        keys.saturating_sub(1)
+    );
+    tokio::time::timeout(CALL_TIMEOUT, c.batch_execute(&sql))
+        .await
+        .context("creating the tables timed out")?
+        .context("creating the tables")?;
+    Ok(())
 }
 
 /// Writes the log table, in `seq` order, to `out` as `storage.jsonl` records.

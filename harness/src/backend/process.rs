@@ -210,6 +210,18 @@ impl ProcessBackend {
         Ok(())
     }
 
+    /// The clock-offset file member `i` was started with (clockshim's
+    /// `CLOCKSHIM_OFFSET_FILE`), if it was.
+    pub fn clock_file(&self, i: usize) -> Result<PathBuf> {
+        let m = self.members.get(i).context("no such member")?;
+        m.spec
+            .env
+            .iter()
+            .find(|(k, _)| k == service::redis::CLOCK_OFFSET_ENV)
+            .map(|(_, v)| PathBuf::from(v))
+            .context("this member runs without clockshim: its clock cannot be stepped")
+    }
+
     /// SIGKILLs member `i` (its data stays).
     pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         let m = self.members.get_mut(i).context("no such member")?;

@@ -181,6 +181,7 @@ pub fn counter(rec: &Recorded) -> CounterCheck {
                     applied: 0,
                     final_value: 0,
                     lost: 0,
+                    lost_fraction: None,
                 },
                 0,
                 false,
@@ -218,6 +219,7 @@ pub fn counter(rec: &Recorded) -> CounterCheck {
         valid: Validity::from_bool(lost == 0 && consistent),
         acknowledged,
         lost,
+        lost_fraction: super::counter::lost_fractions(&mut out),
         keys: out,
     }
 }

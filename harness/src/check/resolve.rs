@@ -1,5 +1,16 @@
-//! Resolution of grants for services whose clients cannot know a grant's place in
-//! the service's order (Redis, Redlock: there is none a client can read). Their
+//! Resolution of grants whose place in the service's order the worker cannot
+//! know: external clients (`[client]`, any service), whose answers are not
+//! trusted, and Redis and Redlock (there is no order a client can read).
+//!
+//! An external client's `acquire` `ok` event carries, in `detail.client`, the
+//! worker's own `handle` for the grant (what its storage requests carry as
+//! `revision`) and what the client said the grant is: `entry` (etcd key,
+//! ZooKeeper path, Redis key), `value`, `revision`. That is matched to a creation
+//! the harness observed — same entry, same value when both are known, the last
+//! one seen before the worker let go — and the client's `revision`, when given,
+//! is checked against it, never used.
+//!
+//! Redis and Redlock's own clients
 //! clients report the acquisition's own random nonce as `grant` (and in each
 //! storage request's `revision`); the harness's observer numbered each grant as
 //! it saw the service make it (`service.jsonl`, `Created`, whose `id` is the
@@ -10,6 +21,8 @@
 //! unjudged) and counted as a problem.
 
 use std::collections::HashMap;
+
+use crate::history::{Event, EventType, F};
 
 use super::Recorded;
 use crate::lock::redis::Owner;
@@ -32,6 +45,14 @@ pub fn resolve(rec: &mut Recorded) -> Vec<String> {
                 map.insert((key.clone(), owner.nonce), *grant);
             }
         }
+    }
+    let mut problems = Vec::new();
+    let (external, disagree) = match_external(&rec.events, obs);
+    map.extend(external);
+    if disagree > 0 {
+        problems.push(format!(
+            "{disagree} acquisition(s): the client's `revision` is not the creation the harness              observed for its entry; judged by the observed one"
+        ));
     }
     let mut unresolved_grants = 0u64;
     for e in &mut rec.events {
@@ -63,7 +84,6 @@ pub fn resolve(rec: &mut Recorded) -> Vec<String> {
             }
         }
     }
-    let mut problems = Vec::new();
     if unresolved_grants > 0 || unresolved_requests > 0 {
         problems.push(format!(
             "{unresolved_grants} acquisition(s) and {unresolved_requests} storage request(s) \
@@ -72,4 +92,69 @@ pub fn resolve(rec: &mut Recorded) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// External clients' grants: (lock, handle) → the observed creation's grant, and
+/// how many given `revision`s disagreed with it.
+fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i64), i64>, u64) {
+    let mut out = HashMap::new();
+    let mut disagree = 0;
+    for (i, e) in events.iter().enumerate() {
+        if (e.f, e.kind) != (F::Acquire, EventType::Ok) {
+            continue;
+        }
+        let Some(c) = e.detail.as_ref().and_then(|d| d.get("client")) else {
+            continue;
+        };
+        let (Some(key), Some(handle), Some(entry)) = (
+            e.key.as_ref(),
+            c.get("handle").and_then(serde_json::Value::as_i64),
+            c.get("entry").and_then(serde_json::Value::as_str),
+        ) else {
+            continue;
+        };
+        let value = c.get("value").and_then(serde_json::Value::as_str);
+        let revision = c.get("revision").and_then(serde_json::Value::as_i64);
+        // The entry exists from before the grant until the worker lets go, so
+        // its creation was seen before that (a later one of the same entry is a
+        // later grant).
+        let until = events[i + 1..]
+            .iter()
+            .find(|r| r.process == e.process && r.f == F::Release && r.key == e.key)
+            .map_or(u64::MAX, |r| r.time_ns);
+        let candidates: Vec<i64> = obs
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Created {
+                    time_ns,
+                    key: k,
+                    grant,
+                    id,
+                    value: v,
+                    ..
+                } if k == key
+                    && (id == entry || value.is_some_and(|val| val == id))
+                    && (value.is_none() || v.is_none() || value == v.as_deref())
+                    && *time_ns <= until =>
+                {
+                    Some(*grant)
+                }
+                _ => None,
+            })
+            .collect();
+        // Without a value to tell them apart (the same etcd key is created again
+        // by every grant), a `revision` naming one of the entry's observed
+        // creations picks it — the harness saw that creation, the client cannot
+        // make one up — else the last one seen before the worker let go.
+        let found = revision
+            .filter(|r| candidates.contains(r))
+            .or(candidates.last().copied());
+        if let Some(g) = found {
+            if revision.is_some_and(|r| r != g) {
+                disagree += 1;
+            }
+            out.insert((key.clone(), handle), g);
+        }
+    }
+    (out, disagree)
 }

@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{shared_libraries_but, BuildContext, ZOOKEEPER_DOCKERFILE};
+use super::{add_file, shared_libraries_but, BuildContext, ZOOKEEPER_DOCKERFILE};
 
 /// Native libraries of the desktop modules (java.desktop, java.smartcardio,
 /// jdk.accessibility): never loaded by a server without a display.
@@ -85,25 +85,6 @@ fn normalize(p: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// Puts the content of `from` (symlinks followed) at `at` in the image.
-fn add_file(files: &mut BTreeMap<String, (u32, Vec<u8>)>, at: &Path, from: &Path) -> Result<()> {
-    let rel = at.to_string_lossy().trim_start_matches('/').to_string();
-    let key = format!("rootfs/{rel}");
-    if files.contains_key(&key) {
-        return Ok(());
-    }
-    let meta =
-        std::fs::metadata(from).with_context(|| format!("cannot stat {}", from.display()))?;
-    let mode = if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0 {
-        0o755
-    } else {
-        0o644
-    };
-    let bytes = std::fs::read(from).with_context(|| format!("cannot read {}", from.display()))?;
-    files.insert(key, (mode, bytes));
-    Ok(())
 }
 
 /// Every file under `dir` at its own path (symlinks followed, dangling ones and the

@@ -3,14 +3,21 @@
 //! that lease, and the grant is the lock key's CreateRevision, read right after
 //! `Lock` (a missing key means the lock was already lost: etcd 3.4 can answer
 //! `Lock` after the lease expired).
+//!
+//! With `behaviour = "naive"` (Jepsen's 2020 lock-set client) two checks go:
+//! the grant is trusted as `Lock` answers it — the key is looked up only to record
+//! its CreateRevision, never to refuse it — and the connection has no HTTP/2
+//! keepalive, so a `Lock` sent to a member that stopped answering (paused,
+//! partitioned) waits for it instead of failing after 2 s. The lease keepalive is
+//! the same in both: what differs is that the naive worker ignores its verdict.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use etcd_client::{Client, ConnectOptions, LockOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, LockOptions, PutOptions};
 use tokio::sync::watch;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
+use super::{Acquire, Behaviour, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// etcd key of the lock that guards storage key `key`.
 pub fn lock_name(key: &str) -> String {
@@ -31,15 +38,20 @@ pub struct EtcdClient {
     etcd: Client,
     ttl: Duration,
     worker: u32,
+    behaviour: Behaviour,
     lease: Option<i64>,
     keepalive: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl EtcdClient {
     pub async fn connect(cfg: &ClientConfig) -> Result<EtcdClient> {
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        let mut opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        // HTTP/2 pings every second, the connection given up after 2 s without an
+        // answer: this is what aborts a `Lock` waiting on a frozen member. Jepsen's
+        // client had no such thing; the naive one waits.
+        if cfg.behaviour == Behaviour::Careful {
+            opts = opts.with_keep_alive(Duration::from_secs(1), Duration::from_secs(2));
+        }
         let endpoints: Vec<String> = cfg
             .endpoints
             .iter()
@@ -52,6 +64,7 @@ impl EtcdClient {
             etcd,
             ttl: cfg.ttl,
             worker: cfg.worker,
+            behaviour: cfg.behaviour,
             lease: None,
             keepalive: None,
         })
@@ -62,7 +75,47 @@ impl EtcdClient {
             k.abort();
         }
     }
+
+    /// The naive client's grant, for the record only: the lock key's
+    /// CreateRevision as of the revision `Lock` answered at. When the key is gone
+    /// by then (etcd 3.4 answered `Lock` after the lease had expired, and the key
+    /// went with it), the incarnation it answered for is the last one before: the
+    /// key is read at the revisions just before the answer until it shows up (a
+    /// lock key names its lease, so a session's holds reuse the name; the
+    /// history is never compacted). The client trusts the grant either way, as
+    /// Jepsen's did; if none is found, the answer's revision stands in (later than
+    /// the key's creation, so only roughly its place).
+    async fn grant_as_answered(&mut self, lock_key: &[u8], answered_at: i64) -> i64 {
+        if answered_at <= 0 {
+            return self.created_at(lock_key, None).await.unwrap_or(0);
+        }
+        let search = async {
+            let oldest = (answered_at - LOOK_BACK).max(1);
+            for rev in (oldest..=answered_at).rev() {
+                if let Some(created) = self.created_at(lock_key, Some(rev)).await {
+                    return Some(created);
+                }
+            }
+            None
+        };
+        tokio::time::timeout(RPC_TIMEOUT, search)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(answered_at)
+    }
+
+    /// The CreateRevision of `key` as of `rev` (now when `None`), if it existed.
+    async fn created_at(&mut self, key: &[u8], rev: Option<i64>) -> Option<i64> {
+        let opts = rev.map(|r| GetOptions::new().with_revision(r));
+        let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(key.to_vec(), opts)).await;
+        got.ok()?.ok()?.kvs().first().map(|kv| kv.create_revision())
+    }
 }
+
+/// How many revisions before `Lock`'s answer the naive client looks for its lock
+/// key: the lease revocations that freed it are a few revisions, one per lease.
+const LOOK_BACK: i64 = 64;
 
 #[async_trait::async_trait]
 impl LockClient for EtcdClient {
@@ -106,12 +159,15 @@ impl LockClient for EtcdClient {
                 told: None,
             };
         };
-        let lock_key = match self
+        let (lock_key, answered_at) = match self
             .etcd
             .lock(lock_name(name), Some(LockOptions::new().with_lease(lease)))
             .await
         {
-            Ok(resp) => resp.key().to_vec(),
+            Ok(resp) => (
+                resp.key().to_vec(),
+                resp.header().map_or(0, |h| h.revision()),
+            ),
             Err(err) => {
                 return Acquire::Failed {
                     error: format!("lock: {err}"),
@@ -121,6 +177,15 @@ impl LockClient for EtcdClient {
             }
         };
         let id = String::from_utf8_lossy(&lock_key).into_owned();
+        if self.behaviour == Behaviour::Naive {
+            let grant = self.grant_as_answered(&lock_key, answered_at).await;
+            return Acquire::Granted(Granted {
+                grant,
+                session: lease,
+                id,
+                counter: None,
+            });
+        }
         // The grant is the lock key's CreateRevision; a missing key means the lock
         // was already lost (etcd 3.4 can answer Lock after the lease expired).
         let got = tokio::time::timeout(RPC_TIMEOUT, self.etcd.get(lock_key, None)).await;

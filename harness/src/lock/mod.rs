@@ -10,6 +10,7 @@
 //! ([`Granted::token`]); the checkers judge that token against the grant order.
 
 pub mod etcd;
+pub mod external;
 pub mod redis;
 pub mod zookeeper;
 
@@ -33,6 +34,53 @@ pub struct ClientConfig {
     /// worker a session belongs to (etcd: an owner key on the lease; ZooKeeper: an
     /// ephemeral owner node of the session).
     pub worker: u32,
+    /// The token the worker will send: Redlock takes its `counter` from the first
+    /// instance and is held only with that instance's grant.
+    #[serde(default = "no_token")]
+    pub token: TokenMode,
+    /// What the worker does with a lost session (`[workload] behaviour`, or
+    /// `[client] behaviour` for an external client).
+    #[serde(default)]
+    pub behaviour: Behaviour,
+    /// `[client]`: the lock client is the user's adapter program, spoken to over
+    /// `docs/client-protocol.md`, instead of fencecheck's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<external::ExternalConfig>,
+}
+
+/// How a worker treats what its lock client tells it: a scenario choice, so the
+/// same faults can be run against a client that checks and one that trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Behaviour {
+    /// fencecheck's own client: checks every grant against the service (etcd: the
+    /// lock key still exists after `Lock`), aborts a call to a member that stopped
+    /// answering, and opens a new session as soon as the old one is lost.
+    #[default]
+    Careful,
+    /// Jepsen's 2020 lock-set client: trusts every grant the service answers,
+    /// ignores session loss, keeps writing until its hold ends, and opens a new
+    /// session only once an acquisition fails.
+    Naive,
+}
+
+impl Behaviour {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behaviour::Careful => "careful",
+            Behaviour::Naive => "naive",
+        }
+    }
+}
+
+impl std::fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn no_token() -> TokenMode {
+    TokenMode::None
 }
 
 /// An open session: etcd a lease kept alive every TTL/3, ZooKeeper a session.
@@ -74,6 +122,16 @@ impl Granted {
     }
 }
 
+/// An external client's grant as it answered it.
+#[derive(Debug, Clone)]
+pub struct GrantDetail {
+    /// The token the worker sends to the storage (`[client] token`, made an integer).
+    pub token: Option<i64>,
+    /// For the `acquire` `ok` event: `{"client": {handle, entry, value, revision,
+    /// token, tokens}}`, what `check::resolve` matches against the observations.
+    pub detail: serde_json::Value,
+}
+
 /// The outcome of one acquisition.
 #[derive(Debug)]
 pub enum Acquire {
@@ -108,11 +166,29 @@ pub trait LockClient: Send {
     async fn release(&mut self, g: &Granted) -> Result<()>;
     /// Ends the current session at the service (end of run), best effort.
     async fn close_session(&mut self);
+    /// A broken protocol rule that ends the worker (external clients only): the
+    /// worker records it and stops.
+    fn client_error(&self) -> Option<external::ClientError> {
+        None
+    }
+    /// Requests the client left unanswered since the last call (external
+    /// clients): recorded as unknown, not fatal.
+    fn take_notices(&mut self) -> Vec<external::ClientError> {
+        Vec::new()
+    }
+    /// What the last grant's answer said beyond the grant itself (external
+    /// clients: the token to send, the raw token, the entry).
+    fn grant_detail(&self) -> Option<GrantDetail> {
+        None
+    }
 }
 
 /// Connects the client for `cfg.service`.
 pub async fn connect(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
     use crate::scenario::ServiceKind;
+    if let Some(ext) = &cfg.external {
+        return Ok(Box::new(external::ExternalClient::start(cfg, ext).await?));
+    }
     Ok(match cfg.service {
         ServiceKind::Etcd => Box::new(etcd::EtcdClient::connect(cfg).await?),
         ServiceKind::Zookeeper => Box::new(zookeeper::ZkClient::connect(cfg).await?),

@@ -15,7 +15,10 @@
 //!   on every master at once, each call bounded by a small timeout; held when a
 //!   majority granted within the validity time (TTL − elapsed − drift), else
 //!   released on all and retried after a random delay; no renewal (the published
-//!   algorithm holds for the validity time); release on all.
+//!   algorithm holds for the validity time); release on all. With `token =
+//!   "counter"` the INCR runs on the first instance only and the lock is held only
+//!   when that instance granted too: one instance is then a single point of
+//!   failure, for the token and for progress.
 //!
 //! The client cannot know the grant's place in any order: `Granted::grant` is the
 //! acquisition's nonce, which `check::resolve` replaces after the run with the
@@ -32,7 +35,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
-use crate::scenario::ServiceKind;
+use crate::scenario::{ServiceKind, TokenMode};
 
 /// Prefix of every lock key: `fencecheck:lock:<name>`.
 pub const LOCK_PREFIX: &str = "fencecheck:lock:";
@@ -43,10 +46,14 @@ pub const TOKEN_PREFIX: &str = "fencecheck:token:";
 /// expire-session).
 pub const EVENTS: &str = "fencecheck:events";
 
-/// SET NX PX, and with it INCR and PUBLISH; returns the counter, or -1 when held.
+/// SET NX PX, and with it INCR (when ARGV[4] is "1") and PUBLISH; returns the
+/// counter (0 without INCR), or -1 when held.
 pub const ACQUIRE: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('INCR', KEYS[2])
+  local t = 0
+  if ARGV[4] == '1' then
+    t = redis.call('INCR', KEYS[2])
+  end
   redis.call('PUBLISH', ARGV[3], 'granted ' .. KEYS[1] .. ' ' .. ARGV[1] .. ' ' .. t)
   return t
 end
@@ -145,6 +152,9 @@ pub struct RedisClient {
     /// One connection per instance, opened on first use and dropped on error.
     cons: Vec<Option<MultiplexedConnection>>,
     redlock: bool,
+    /// Redlock with `token = "counter"`: the counter is the first instance's INCR,
+    /// and a majority without the first instance is not held (a single point).
+    counter_on_first: bool,
     ttl: Duration,
     worker: u32,
     session: i64,
@@ -166,6 +176,8 @@ impl RedisClient {
             endpoints: cfg.endpoints.clone(),
             cons: vec![None; cfg.endpoints.len()],
             redlock: cfg.service == ServiceKind::Redlock,
+            counter_on_first: cfg.service == ServiceKind::Redlock
+                && cfg.token == TokenMode::Counter,
             ttl: cfg.ttl,
             worker: cfg.worker,
             session: 0,
@@ -229,19 +241,22 @@ impl RedisClient {
         (self.ttl / 20).max(Duration::from_millis(50))
     }
 
-    /// One Redlock attempt: the script on every master at once.
-    async fn redlock_attempt(&mut self, name: &str, owner: &str) -> (usize, Duration) {
+    /// One Redlock attempt: the script on every master at once. Returns how many
+    /// granted, how long it took, and the first instance's counter if it granted
+    /// (the INCR runs there only).
+    async fn redlock_attempt(&mut self, name: &str, owner: &str) -> (usize, Duration, Option<i64>) {
         let start = Instant::now();
         let (key, tkey) = (lock_key(name), format!("{TOKEN_PREFIX}{name}"));
-        let args = [
-            owner.to_string(),
-            self.ttl.as_millis().to_string(),
-            EVENTS.to_string(),
-        ];
         let limit = self.instance_timeout();
         let cons = self.all_cons().await;
-        let calls = cons.into_iter().map(|c| {
-            let (key, tkey, args) = (key.clone(), tkey.clone(), args.clone());
+        let calls = cons.into_iter().enumerate().map(|(i, c)| {
+            let (key, tkey) = (key.clone(), tkey.clone());
+            let args = [
+                owner.to_string(),
+                self.ttl.as_millis().to_string(),
+                EVENTS.to_string(),
+                if i == 0 { "1" } else { "0" }.to_string(),
+            ];
             async move {
                 let mut c = c?;
                 eval(&mut c, ACQUIRE, &[&key, &tkey], &args, limit)
@@ -250,8 +265,17 @@ impl RedisClient {
             }
         });
         let answers = futures_util::future::join_all(calls).await;
+        // A call that failed or timed out leaves its connection unusable (a dead
+        // instance, or a reply still owed on a multiplexed connection): opened
+        // again on the next attempt.
+        for (i, a) in answers.iter().enumerate() {
+            if a.is_none() {
+                self.cons[i] = None;
+            }
+        }
         let granted = answers.iter().filter(|a| a.is_some_and(|t| t >= 0)).count();
-        (granted, start.elapsed())
+        let first = answers.first().copied().flatten().filter(|&t| t >= 0);
+        (granted, start.elapsed(), first)
     }
 
     /// Compare-and-delete on every instance; returns how many still had it.
@@ -290,6 +314,7 @@ impl RedisClient {
             owner.to_string(),
             self.ttl.as_millis().to_string(),
             EVENTS.to_string(),
+            "1".to_string(),
         ];
         loop {
             let mut con = match self.con(0).await {
@@ -328,9 +353,13 @@ impl RedisClient {
 
     /// Renews the key every TTL/3 until it is found gone (the session is then
     /// lost) or no renewal has succeeded for a whole TTL (the key has expired by
-    /// then whatever happened to it).
+    /// then whatever happened to it). After a failed call the connection is
+    /// opened again: a multiplexed connection matches replies to requests in
+    /// order, so one request lost on the way (a partition drops bytes) would hand
+    /// every later request the reply meant for the one before.
     fn start_renewal(&mut self, mut con: MultiplexedConnection, key: String, owner: String) {
         let (ttl, lost) = (self.ttl, self.lost.clone());
+        let endpoint = self.endpoints[0].clone();
         let mark = move |why: &str| {
             lost.send_if_modified(|v| {
                 if v.is_some() {
@@ -356,7 +385,11 @@ impl RedisClient {
                         mark("no renewal succeeded for a whole TTL");
                         return;
                     }
-                    Err(_) => {}
+                    Err(_) => {
+                        if let Ok(Ok(c)) = tokio::time::timeout(ttl / 3, connect(&endpoint)).await {
+                            con = c;
+                        }
+                    }
                 }
             }
         }));
@@ -395,18 +428,25 @@ impl LockClient for RedisClient {
             let res = self.acquire_redis(name, owner).await;
             return res;
         }
-        let id = owner.to_string();
-        self.names.insert(id.clone(), name.to_string());
         let drift = self.ttl / 100 + Duration::from_millis(2);
+        let mut owner = owner;
         loop {
-            let (granted, elapsed) = self.redlock_attempt(name, &id).await;
-            let held = granted >= self.majority() && elapsed + drift < self.ttl;
+            // A fresh owner value per attempt: an attempt given up (a minority, too
+            // slow, or — with the counter — without the first instance) may still
+            // have been a majority for a moment, which the harness's observer numbers
+            // as a grant; the next attempt must not pass for it.
+            let id = owner.to_string();
+            self.names.insert(id.clone(), name.to_string());
+            let (granted, elapsed, first) = self.redlock_attempt(name, &id).await;
+            let held = granted >= self.majority()
+                && elapsed + drift < self.ttl
+                && (!self.counter_on_first || first.is_some());
             if held {
                 return Acquire::Granted(Granted {
                     grant: owner.nonce,
                     session: self.session,
                     id,
-                    counter: None,
+                    counter: first,
                 });
             }
             if granted > 0 {
@@ -417,9 +457,11 @@ impl LockClient for RedisClient {
                     };
                 }
             }
+            self.names.remove(&id);
             // The published algorithm's random delay before retrying.
             let ms = rand::thread_rng().gen_range(10..60);
             tokio::time::sleep(Duration::from_millis(ms)).await;
+            owner.nonce = random_id();
         }
     }
 

@@ -2,6 +2,7 @@
 //! actually did as `nemesis` events (an `invoke` at injection, `ok` when healed,
 //! `fail` when it could not be done), each pair sharing a `fault_id`.
 
+pub mod clock;
 pub mod kill;
 pub mod net;
 pub mod pause;
@@ -79,6 +80,7 @@ impl Nemesis {
             FaultKind::Delay => F::Delay,
             FaultKind::Partition => F::Partition,
             FaultKind::Kill => F::Kill,
+            FaultKind::ClockJump => F::ClockJump,
         };
         let resolved = match target::resolve(self, p.target).await {
             Ok(v) => v,
@@ -99,6 +101,7 @@ impl Nemesis {
             }
             FaultKind::Delay | FaultKind::Partition => net::run(self, p, &resolved).await,
             FaultKind::Kill => kill::run(self, p, &resolved).await,
+            FaultKind::ClockJump => clock::run(self, p, &resolved).await,
         }
     }
 

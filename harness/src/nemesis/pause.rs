@@ -1,6 +1,8 @@
 //! `pause`: SIGSTOP the target processes for the fault's duration, then SIGCONT. A
 //! real stop: a worker's keepalives freeze with it, as in a GC pause or a VM
 //! freeze; an etcd member or the storage stops answering without closing sockets.
+//! A worker is stopped with its process group, so its external lock client
+//! (`[client]`) freezes with it.
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -9,12 +11,23 @@ use super::{Nemesis, Planned, Resolved};
 use crate::backend::Service;
 use crate::history::{EventType, F};
 
+/// Signals `pid`'s whole process group when `pid` leads one — a worker does,
+/// and an external lock client runs in it (`[client]`): the application freezes
+/// as one, library threads included, as in a GC pause — else `pid` alone.
+fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
+    let p = Pid::from_raw(pid as i32);
+    match nix::unistd::getpgid(Some(p)) {
+        Ok(g) if g == p => nix::sys::signal::killpg(p, sig),
+        _ => kill(p, sig),
+    }
+}
+
 pub fn stop(pid: u32) -> nix::Result<()> {
-    kill(Pid::from_raw(pid as i32), Signal::SIGSTOP)
+    signal(pid, Signal::SIGSTOP)
 }
 
 pub fn cont(pid: u32) -> nix::Result<()> {
-    kill(Pid::from_raw(pid as i32), Signal::SIGCONT)
+    signal(pid, Signal::SIGCONT)
 }
 
 pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {

@@ -22,6 +22,8 @@ pub struct Planned {
     /// delay only.
     pub latency: Duration,
     pub latency_jitter: Duration,
+    /// clock-jump only: how far the clock steps forward.
+    pub by: Duration,
 }
 
 /// Faults must end before the run does, so every paused process wakes and acts
@@ -30,7 +32,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = Vec::new();
     for (spec, f) in scenario.faults.iter().enumerate() {
-        let duration = f.window();
+        let duration = f.window(scenario.lock.ttl);
         let fits = |at: Duration| at + duration < scenario.duration;
         if let Some(at) = f.at {
             if fits(at) {
@@ -70,6 +72,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 duration,
                 latency: f.latency.unwrap_or_default(),
                 latency_jitter: f.latency_jitter.unwrap_or_default(),
+                by: f.by.unwrap_or_default(),
             }
         })
         .collect()

@@ -22,6 +22,12 @@ pub enum FaultKind {
     /// SIGKILL service members (or the storage); restart them on their data after
     /// `restart_after`.
     Kill,
+    /// Step a Redis instance's wall clock forward by `by` (clockshim under the
+    /// instance; process backend): every key set before the jump expires `by`
+    /// early. The clock stays ahead, as after a real step; the fault's window is
+    /// `duration`, by default the lock TTL (by then every key set before the jump
+    /// would have expired anyway).
+    ClockJump,
 }
 
 impl fmt::Display for FaultKind {
@@ -33,6 +39,7 @@ impl fmt::Display for FaultKind {
             FaultKind::Delay => "delay",
             FaultKind::Partition => "partition",
             FaultKind::Kill => "kill",
+            FaultKind::ClockJump => "clock-jump",
         })
     }
 }
@@ -241,12 +248,21 @@ pub struct FaultSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub restart_after: Option<Duration>,
+    /// clock-jump: how far the instance's wall clock steps forward.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub by: Option<Duration>,
 }
 
 impl FaultSpec {
-    /// How long one occurrence lasts, for the schedule.
-    pub fn window(&self) -> Duration {
+    /// How long one occurrence lasts, for the schedule (`ttl`: the lock's, the
+    /// default window of a clock jump).
+    pub fn window(&self, ttl: Duration) -> Duration {
         match self.kind {
+            FaultKind::ClockJump => self.duration.unwrap_or(ttl),
             FaultKind::RevokeLease | FaultKind::ExpireSession => Duration::ZERO,
             FaultKind::Kill => self.restart_after.unwrap_or(Duration::from_secs(3)),
             _ => self.duration.unwrap_or_default(),

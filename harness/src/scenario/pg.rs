@@ -1,10 +1,10 @@
 //! `[storage] kind = "postgres"`: its own settings (isolation level,
 //! `synchronous_commit`) and the rules that keep them, and `check-then-write`,
-//! to PostgreSQL on the process backend.
+//! to PostgreSQL (on either backend).
 
 use serde::{Deserialize, Serialize};
 
-use super::{BackendKind, Durability, Fencing, Scenario, ScenarioError, StorageKind};
+use super::{Durability, Fencing, Scenario, ScenarioError, StorageKind};
 
 /// The isolation level of every storage transaction (`[storage] isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -103,15 +103,5 @@ pub fn rules(
                 .into(),
         ));
     }
-    if s.cluster.backend == BackendKind::Docker {
-        return Err(err("kind", docker_unavailable()));
-    }
     Ok(())
-}
-
-/// Why `kind = "postgres"` does not run on the docker backend (see the README).
-pub fn docker_unavailable() -> String {
-    "storage.kind = \"postgres\" runs on the process backend only (no PostgreSQL image \
-     yet); use backend = \"process\" (or \"auto\", which runs it as processes)"
-        .into()
 }

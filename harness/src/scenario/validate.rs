@@ -50,9 +50,6 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
         ));
     }
     storage_rules(s, &err)?;
-    if let Some(why) = storage_unavailable(s, s.cluster.backend) {
-        return Err(err(storage_key(s), why));
-    }
     let raw = raw_targets(text);
     for i in 0..s.faults.len() {
         let raw_target = raw.get(i).and_then(Option::as_deref);
@@ -117,28 +114,6 @@ pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
         path = format!("{path}?{q}");
     }
     Ok((host, port, path))
-}
-
-/// The `[storage]` line a backend refusal points at.
-fn storage_key(s: &Scenario) -> &'static str {
-    match s.storage.kind {
-        StorageKind::Postgres => "kind",
-        _ => "durability",
-    }
-}
-
-/// What of `[storage]` the backend cannot honour. The docker backend's storage
-/// container is started with its fencing mode alone, so it would silently run
-/// `flush`: refused rather than reported as fsync.
-fn storage_unavailable(s: &Scenario, backend: BackendKind) -> Option<String> {
-    if backend == BackendKind::Docker && s.storage.kind == StorageKind::Postgres {
-        return Some(super::pg::docker_unavailable());
-    }
-    (backend == BackendKind::Docker && s.storage.durability == Durability::Fsync).then(|| {
-        "storage.durability = \"fsync\" is honoured on the process backend only (the docker \
-         backend's storage runs with flush); use backend = \"process\""
-            .to_string()
-    })
 }
 
 /// The service, its version, its TTL and its token names.
@@ -295,7 +270,9 @@ fn redis_rules(
             ),
         ));
     }
+    // An external client's token is `[client] token` (scenario/client.rs).
     match s.storage.token {
+        _ if s.client.is_some() => {}
         TokenName::Counter | TokenName::Owner | TokenName::None => {}
         t => {
             return Err(err(
@@ -308,14 +285,6 @@ fn redis_rules(
                 ),
             ))
         }
-    }
-    if svc == ServiceKind::Redlock && s.storage.token == TokenName::Counter {
-        return Err(err(
-            "token",
-            "storage.token = \"counter\" on redlock is not implemented yet (a counter on one \
-             instance); expected owner or none"
-                .into(),
-        ));
     }
     Ok(())
 }
@@ -354,6 +323,7 @@ fn fault_rules(
         }
         FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
         FaultKind::Kill => t.is_members() || t == Target::Storage,
+        FaultKind::ClockJump => t.is_members(),
     };
     if !ok_target {
         let want = match f.kind {
@@ -372,6 +342,9 @@ fn fault_rules(
             FaultKind::Kill => {
                 "a member target (leader, member:N, all-members, majority, minority, \
                  random-members) or storage"
+            }
+            FaultKind::ClockJump => {
+                "a member target (member:N, all-members, majority, minority, random-members)"
             }
         };
         return Err(ferr(
@@ -394,6 +367,24 @@ fn fault_rules(
             "latency",
             "`latency` goes only with kind = \"delay\"".into(),
         ));
+    }
+    match (f.kind, f.by) {
+        (FaultKind::ClockJump, None) => {
+            return Err(ferr(
+                "kind",
+                "a clock-jump needs `by` (how far the clock steps forward, e.g. \"10s\")".into(),
+            ))
+        }
+        (FaultKind::ClockJump, Some(by)) if by < Duration::from_millis(1) => {
+            return Err(ferr("by", "`by` must be at least 1ms".into()))
+        }
+        (FaultKind::ClockJump, _) | (_, None) => {}
+        (_, Some(_)) => {
+            return Err(ferr(
+                "by",
+                "`by` goes only with kind = \"clock-jump\"".into(),
+            ))
+        }
     }
     if f.kind != FaultKind::Kill && f.restart_after.is_some() {
         return Err(ferr(
@@ -467,13 +458,6 @@ pub fn check_backend(
     text: &str,
     file: &str,
 ) -> Result<(), ScenarioError> {
-    if let Some(why) = storage_unavailable(s, backend) {
-        return Err(ScenarioError {
-            file: file.to_string(),
-            line: line_of_key(text, storage_key(s)),
-            message: why,
-        });
-    }
     for (i, f) in s.faults.iter().enumerate() {
         if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
         {

@@ -146,12 +146,23 @@ fn parse_owner(v: &str) -> Option<(u32, u32)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
-/// `fencecheck/lock/<key>/<lease hex>` → `<key>`.
+/// The storage key a lock entry guards, wherever a library put it:
+/// `fencecheck/lock/<key>/<lease hex>` (etcd's Lock RPC, Go's
+/// `concurrency.Mutex`), `/locks/fencecheck/lock/<key>` (python-etcd3, which
+/// prefixes the name it is given and writes no lease suffix). Storage keys have
+/// no `/`.
 fn lock_of(etcd_key: &str) -> Option<&str> {
-    etcd_key
-        .strip_prefix(LOCK_PREFIX)?
-        .rsplit_once('/')
-        .map(|(k, _)| k)
+    let at = etcd_key.find(LOCK_PREFIX)?;
+    let rest = &etcd_key[at + LOCK_PREFIX.len()..];
+    let key = rest.split('/').next().filter(|k| !k.is_empty())?;
+    Some(key)
+}
+
+/// Lock entries live wherever the library writes them (python-etcd3 under
+/// `/locks/`), so the harness reads and watches the whole keyspace and keeps
+/// what [`lock_of`] recognises; fencecheck's runs own their cluster.
+fn whole_keyspace() -> (&'static str, GetOptions) {
+    ("\0", GetOptions::new().with_from_key())
 }
 
 #[async_trait::async_trait]
@@ -162,12 +173,10 @@ impl LockService for EtcdService {
 
     async fn holders(&self) -> Result<Vec<Holder>> {
         let mut etcd = self.etcd.clone();
-        let resp = tokio::time::timeout(
-            CALL,
-            etcd.get(LOCK_PREFIX, Some(GetOptions::new().with_prefix())),
-        )
-        .await
-        .context("etcd did not answer the holder look-up")??;
+        let (from, all) = whole_keyspace();
+        let resp = tokio::time::timeout(CALL, etcd.get(from, Some(all)))
+            .await
+            .context("etcd did not answer the holder look-up")??;
         // Lock → (CreateRevision, lease) of its oldest key: the holder.
         let mut first: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         for kv in resp.kvs() {
@@ -236,11 +245,11 @@ impl LockService for EtcdService {
         let mut from_rev = 0i64;
         loop {
             let opts = WatchOptions::new()
-                .with_prefix()
+                .with_from_key()
                 .with_prev_key()
                 .with_start_revision(from_rev);
             let watch = tokio::select! {
-                w = tokio::time::timeout(CALL, etcd.watch("fencecheck/", Some(opts))) => w,
+                w = tokio::time::timeout(CALL, etcd.watch("\0", Some(opts))) => w,
                 _ = stop.changed() => return Ok(()),
             };
             let mut stream = match watch {
@@ -304,6 +313,19 @@ async fn gap(
     }
 }
 
+/// A lock entry's value as text for matching an external client's `value`:
+/// UTF-8 as is, anything else (python-etcd3's raw uuid bytes) as lowercase hex;
+/// none when empty or long.
+fn entry_value(v: &[u8]) -> Option<String> {
+    if v.is_empty() || v.len() > 200 {
+        return None;
+    }
+    Some(match std::str::from_utf8(v) {
+        Ok(s) => s.to_string(),
+        Err(_) => v.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
+
 fn observation(
     now: u64,
     kind: EventType,
@@ -332,6 +354,7 @@ fn observation(
             grant: kv.create_revision(),
             session: kv.lease(),
             id: key.to_string(),
+            value: entry_value(kv.value()),
         }),
         EventType::Delete => {
             let p = prev?;
@@ -344,5 +367,16 @@ fn observation(
             })
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lock_entries_are_recognised_wherever_a_library_writes_them() {
+        assert_eq!(super::lock_of("fencecheck/lock/k3/694d8b1c2e"), Some("k3"));
+        assert_eq!(super::lock_of("/locks/fencecheck/lock/k3"), Some("k3"));
+        assert_eq!(super::lock_of("fencecheck/owner/694d"), None);
+        assert_eq!(super::lock_of("/locks/other"), None);
     }
 }

@@ -65,9 +65,14 @@ pub fn capabilities(service: ServiceKind) -> Capabilities {
 }
 
 /// Whether the service has a docker deployment (`backend = "docker"`); `auto`
-/// runs the others as processes.
+/// runs the others as processes. Every service has one today; a new service
+/// decides here.
 pub fn runs_on_docker(service: ServiceKind) -> bool {
-    !service.is_redis()
+    match service {
+        ServiceKind::Etcd | ServiceKind::Zookeeper => true,
+        // One member per instance, Redlock's masters included (backend/docker/redis.rs).
+        ServiceKind::Redis | ServiceKind::Redlock => true,
+    }
 }
 
 /// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
@@ -95,14 +100,22 @@ pub fn available(
             "etcd-majority-minority is etcd's; on {service} use majority or minority"
         ));
     }
-    // The storage is killed and started again on its log by the process backend
-    // alone; the docker backend has no restart for its storage container.
-    if backend == BackendKind::Docker && kind == FaultKind::Kill && target == Target::Storage {
-        return Availability::No(
-            "kill of the storage is done on the process backend only (the docker backend \
-             cannot restart its storage container); use backend = \"process\""
-                .into(),
-        );
+    // The clock is stepped by clockshim under redis-server processes: Redis only
+    // (its expiry reads the wall clock), process backend only.
+    if kind == FaultKind::ClockJump {
+        if !service.is_redis() {
+            return Availability::No(format!(
+                "clock-jump steps a Redis instance's wall clock (clockshim under \
+                 redis-server); {service} is not available for it"
+            ));
+        }
+        if backend == BackendKind::Docker {
+            return Availability::No(
+                "clock-jump is done on the process backend only (clockshim is preloaded \
+                 into redis-server processes); use backend = \"process\""
+                    .into(),
+            );
+        }
     }
     // Redis instances have no peers, hence no peer proxies to cut or slow.
     if service.is_redis()
@@ -208,6 +221,11 @@ pub trait LockService: Send + Sync {
     async fn leader(&self) -> Result<usize>;
     /// Ends a session at the service; returns what was done, for the record.
     async fn expire_session(&self, session: i64) -> Result<serde_json::Value>;
+    /// Member `i`'s own wall clock now, in µs since the epoch, as the member says it
+    /// (Redis: `TIME`): how the clock-jump fault sees its step take effect.
+    async fn member_time_us(&self, i: usize) -> Result<i64> {
+        anyhow::bail!("{} does not tell its clock (member {i})", self.kind())
+    }
     /// Records, until `stop` fires, what the service itself says about grants and
     /// sessions (see [`observe`]): the ground truth for the findings.
     async fn observe(
@@ -239,7 +257,9 @@ pub fn deploy(s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>
     Ok(match s.lock.service {
         ServiceKind::Etcd => Box::new(etcd::EtcdDeploy::find(s.etcd_version(), say)?),
         ServiceKind::Zookeeper => Box::new(zookeeper::ZkDeploy::find(say)?),
-        ServiceKind::Redis | ServiceKind::Redlock => Box::new(redis::RedisDeploy::find(say)?),
+        ServiceKind::Redis | ServiceKind::Redlock => {
+            Box::new(redis::RedisDeploy::find(say)?.with_clock_jumps(s, say)?)
+        }
     })
 }
 

@@ -26,6 +26,10 @@ pub enum Observation {
         grant: i64,
         session: i64,
         id: String,
+        /// The entry's value, when short text (python-etcd3's uuid): what an
+        /// external client's `value` is matched against.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
     },
     /// A lock entry was deleted (released, or its session ended).
     Deleted {

@@ -35,9 +35,22 @@ use crate::scenario::{Persistence, Scenario, ServiceKind};
 /// Bounds every call the harness makes to an instance.
 const CALL: Duration = Duration::from_secs(2);
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
+/// The variable naming the clock-offset file clockshim reads (`clockshim/`).
+pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
+
+/// clockshim, as `ci/bootstrap.sh` builds it into the cache.
+pub fn clockshim_path() -> PathBuf {
+    crate::etcd::cache_dir()
+        .join("clockshim")
+        .join("libclockshim.so")
+}
 
 /// Deletes every lock key (KEYS) whose owner belongs to session ARGV[1], and
 /// publishes each deletion; returns how many.
+///
+/// Keyspace events: `E$gx` — expired keys (`x`), and `set`/`del` (`$`, `g`) so
+/// the observer sees the grants and releases of clients that announce nothing
+/// (redis-py's `Lock`, through `[client]`).
 const DELETE_SESSION: &str = r"
 local n = 0
 for _, k in ipairs(KEYS) do
@@ -45,8 +58,11 @@ for _, k in ipairs(KEYS) do
   if v then
     local _, _, s = string.find(v, '^[^:]*:[^:]*:([^:]*):')
     if s == ARGV[1] then
-      redis.call('DEL', k)
+      -- Announced before the DEL: the observer also follows DEL keyspace events
+      -- (as releases, for clients that publish nothing), and must learn first
+      -- that this one ends a session.
       redis.call('PUBLISH', ARGV[2], 'deleted ' .. k .. ' ' .. v)
+      redis.call('DEL', k)
       n = n + 1
     end
   end
@@ -56,6 +72,9 @@ return n
 
 pub struct RedisDeploy {
     version: String,
+    /// clockshim, when the scenario steps a clock: preloaded into every instance
+    /// (so any member can be the target, and a restarted one keeps its clock).
+    clockshim: Option<PathBuf>,
 }
 
 impl RedisDeploy {
@@ -78,7 +97,42 @@ impl RedisDeploy {
             .with_context(|| format!("cannot read redis-server's version from {text:?}"))?
             .to_string();
         say(&format!("redis-server {version} ({REDIS_SERVER})"));
-        Ok(RedisDeploy { version })
+        Ok(RedisDeploy {
+            version,
+            clockshim: None,
+        })
+    }
+
+    /// With clockshim under every instance when the scenario steps a clock.
+    pub fn with_clock_jumps(mut self, s: &Scenario, say: &dyn Fn(&str)) -> Result<RedisDeploy> {
+        let jumps = s
+            .faults
+            .iter()
+            .any(|f| f.kind == crate::scenario::FaultKind::ClockJump);
+        let clockshim = if jumps {
+            let shim = clockshim_path();
+            if !shim.is_file() {
+                bail!(
+                    "clock-jump needs clockshim at {}: run ci/bootstrap.sh (it builds \
+                     clockshim/clockshim.c with cc)",
+                    shim.display()
+                );
+            }
+            say(&format!(
+                "clockshim under every instance ({})",
+                shim.display()
+            ));
+            Some(shim)
+        } else {
+            None
+        };
+        self.clockshim = clockshim;
+        Ok(self)
+    }
+
+    /// e.g. "7.0.15" (the docker backend tags its image with it).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 }
 
@@ -93,7 +147,7 @@ pub fn instance_config(client: SocketAddr, data: &Path, p: Persistence) -> Strin
     };
     format!(
         "bind {}\nport {}\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
-         dir {}\nsave \"\"\n{aof}notify-keyspace-events Ex\n",
+         dir {}\nsave \"\"\n{aof}notify-keyspace-events E$gx\n",
         client.ip(),
         client.port(),
         data.display(),
@@ -120,11 +174,20 @@ impl ServiceDeploy for RedisDeploy {
             let cfg_path = run_dir.join(format!("redis-{i}.conf"));
             std::fs::write(&cfg_path, instance_config(a.client, &data, persistence))
                 .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+            // The offset file starts at 0 (no step yet); the nemesis rewrites it.
+            let mut env = Vec::new();
+            if let Some(shim) = &self.clockshim {
+                let clock = run_dir.join(format!("redis-{i}.clock-offset-ns"));
+                std::fs::write(&clock, "0\n")
+                    .with_context(|| format!("cannot write {}", clock.display()))?;
+                env.push(("LD_PRELOAD".to_string(), shim.display().to_string()));
+                env.push((CLOCK_OFFSET_ENV.to_string(), clock.display().to_string()));
+            }
             members.push(ProcessMember {
                 name: format!("redis {i}"),
                 program: PathBuf::from(REDIS_SERVER),
                 args: vec![cfg_path.display().to_string()],
-                env: Vec::new(),
+                env,
                 log: crate::rundir::member_log(run_dir, "redis", i),
             });
         }
@@ -333,6 +396,32 @@ impl LockService for RedisService {
             "deleted_per_instance": deleted,
             "errors": errors,
         }))
+    }
+
+    async fn member_time_us(&self, i: usize) -> Result<i64> {
+        if i >= self.clients.len() {
+            bail!("no Redis instance {i}");
+        }
+        let mut c = self.con(i).await?;
+        let res = tokio::time::timeout(
+            CALL,
+            redis::cmd("TIME").query_async::<(String, String)>(&mut c),
+        )
+        .await;
+        let (secs, micros) = match res {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                self.forget(i).await;
+                return Err(e).context("TIME");
+            }
+            Err(_) => {
+                self.forget(i).await;
+                bail!("Redis instance {i} did not answer TIME in time");
+            }
+        };
+        let secs: i64 = secs.parse().context("TIME seconds")?;
+        let micros: i64 = micros.parse().context("TIME microseconds")?;
+        Ok(secs * 1_000_000 + micros)
     }
 
     async fn observe(

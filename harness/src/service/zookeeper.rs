@@ -374,9 +374,17 @@ impl LockNode {
     }
 }
 
-/// The sequence number of `_c_<uuid>-lock-0000000042`: what orders waiters.
+/// The sequence number of `_c_<uuid>-lock-0000000042` or
+/// `3f2a…__lock__0000000042`: what orders waiters.
+/// Any recipe's child: ZooKeeper appends the sequence as 10 digits (`%010d`) to
+/// whatever prefix the library chose — Curator `_c_<uuid>-lock-`, kazoo
+/// `<uuid hex>__lock__`, fencecheck's own (Curator's).
 fn sequence(child: &str) -> Option<i64> {
-    child.rsplit_once('-')?.1.parse().ok()
+    let digits = child.len().checked_sub(10).and_then(|i| child.get(i..))?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// `/fencecheck/locks/<key>/<child>` → (key, child).
@@ -492,5 +500,16 @@ impl LockService for ZkService {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()> {
         feed::observe(self, out, stop).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sequence_reads_every_recipe() {
+        assert_eq!(super::sequence("_c_0f3e-9a-lock-0000000042"), Some(42));
+        assert_eq!(super::sequence("3f2a9b__lock__0000000007"), Some(7));
+        assert_eq!(super::sequence("owner"), None);
+        assert_eq!(super::sequence("x-lock-00000000zz"), None);
     }
 }

@@ -151,10 +151,20 @@ pub(super) fn counter_section(h: &mut String, ctx: &Ctx) {
             ("lost", c.lost, if c.lost > 0 { "bad" } else { "" }),
         ],
     );
+    if let Some(f) = c.lost_fraction.filter(|f| *f > 0.0) {
+        let _ = writeln!(
+            h,
+            "<p id=\"counter-lost-fraction\"><b>{}</b> of the acknowledged increments are \
+             missing from the final value (acknowledged increments compared with the final \
+             value, over all keys; Jepsen's measure for its 2020 etcd lock test).</p>",
+            percent(f)
+        );
+    }
     if !c.keys.is_empty() {
         h.push_str(
             "<table class=\"grid\" id=\"counter-keys\"><thead><tr><th>key</th><th>acknowledged</th>\
-             <th>applied by the storage</th><th>final value</th><th>lost</th><th></th></tr></thead><tbody>\n",
+             <th>applied by the storage</th><th>final value</th><th>lost</th>\
+             <th>of acknowledged</th><th></th></tr></thead><tbody>\n",
         );
         for k in &c.keys {
             let words = if k.lost > 0 {
@@ -167,17 +177,23 @@ pub(super) fn counter_section(h: &mut String, ctx: &Ctx) {
             };
             let _ = writeln!(
                 h,
-                "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 if k.lost > 0 { "unmet" } else { "" },
                 escape(&k.key),
                 k.acknowledged,
                 k.applied,
                 k.final_value,
                 k.lost,
+                k.lost_fraction.map(percent).unwrap_or_default(),
                 escape(&words)
             );
         }
         h.push_str("</tbody></table>\n");
     }
     h.push_str("</section>\n");
+}
+
+/// A share as a percentage with one decimal, e.g. `18.2%`.
+fn percent(f: f64) -> String {
+    format!("{:.1}%", f * 100.0)
 }

@@ -197,8 +197,9 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
         h,
         "workload",
         format!(
-            "{} workers · {} key{} · session TTL {} s",
+            "{} {} workers · {} key{} · session TTL {} s",
             run.workers,
+            escape(&run.behaviour),
             run.keys,
             if run.keys == 1 { "" } else { "s" },
             run.ttl_s

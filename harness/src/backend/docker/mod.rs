@@ -1,26 +1,30 @@
-//! The `docker` backend: etcd or ZooKeeper members and the storage as containers,
-//! through testcontainers (creation with labels, mounts and the network, the wait
-//! for a ready line, pause/unpause, start, removal) and, for what it lacks, its
+//! The `docker` backend: the lock service's members (etcd, ZooKeeper, Redis) and
+//! the storage (fencecheck's, or PostgreSQL) as containers, through
+//! testcontainers (creation with labels, mounts and the network, the wait for a
+//! ready line, pause/unpause, start, removal) and, for what it lacks, its
 //! re-export of bollard (kill with a signal, network connect/disconnect, labelled
 //! networks and volumes, image builds). Workers stay host processes; they reach
 //! every container through a host port bound on 127.0.0.1 (fixed when the run
-//! starts, so a member restarted after a kill keeps its address), with the
+//! starts, so a container restarted after a kill keeps its address), with the
 //! harness's own fault proxies in front as in the process backend.
 //!
 //! Per run (id `fc<hex>`), everything labelled `fencecheck.run=<id>`: the peer
 //! network (`network.rs`; published ports go through the engine's default bridge),
 //! a volume per member for its data dir (a kill + start keeps it),
-//! the members (`member.rs`, made etcd by `etcd.rs`, ZooKeeper by `zookeeper.rs`),
-//! and the storage with the run directory bind-mounted at /out, so `storage.jsonl`
-//! is written straight into it (readable even if the harness is killed).
+//! the members (`member.rs`, made etcd by `etcd.rs`, ZooKeeper by `zookeeper.rs`,
+//! Redis instances by `redis.rs`), and the storage (`storage.rs`): fencecheck's
+//! with the run directory bind-mounted at /out, so `storage.jsonl` is written
+//! straight into it (readable even if the harness is killed), or PostgreSQL with
+//! its data directory on a volume of its own.
 //!
 //! Faults: pause = `docker pause` (cgroup freezer), kill = `docker kill` (SIGKILL),
-//! restart = `docker start` of the same container, isolate = disconnect from the
-//! peer network. Clean-up (`cleanup.rs`): `stop` removes containers, networks and
-//! volumes; a guard removes them by label on drop (errors, panics, Ctrl-C); the
-//! run's reaper (`reaper.rs`), started before anything else, removes them when the
-//! harness dies outright (SIGKILL); `fencecheck clean` removes what older
-//! harnesses, which had no reaper, left behind.
+//! restart = `docker start` of the same container (members and the storage alike),
+//! isolate = disconnect from the peer network. Clean-up (`cleanup.rs`): `stop`
+//! removes containers, networks and volumes; a guard removes them by label on
+//! drop (errors, panics, Ctrl-C); the run's reaper (`reaper.rs`), started before
+//! anything else, removes them when the harness dies outright (SIGKILL);
+//! `fencecheck clean` removes what older harnesses, which had no reaper, left
+//! behind.
 
 mod cleanup;
 mod container;
@@ -29,6 +33,8 @@ mod etcd;
 mod member;
 mod network;
 mod reaper;
+mod redis;
+mod storage;
 mod zookeeper;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,20 +49,20 @@ pub use engine::{engine, Engine, ENGINE_TIMEOUT, PING_TIMEOUT};
 use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::{Scenario, ServiceKind, StorageKind};
+use crate::service::redis::RedisDeploy;
 use crate::service::zookeeper::ZkDeploy;
 use cleanup::CleanupGuard;
-use container::{ContainerSpec, MountSpec, Running, StartFailure, HOST};
+use container::{Running, StartFailure, HOST};
 use member::Member;
+use storage::Storage;
 use testcontainers::bollard::Docker;
 
 /// The label every container, network and volume of a run carries.
 pub const RUN_LABEL: &str = "fencecheck.run";
 /// What a thing is within its run: etcd, etcd-data, zookeeper, zookeeper-data,
-/// storage, network, reaper.
+/// redis, redis-data, storage, postgres, postgres-data, network, reaper.
 pub const ROLE_LABEL: &str = "fencecheck.role";
-
-const STORAGE_PORT: u16 = 7000;
 
 fn labels(run_id: &str, role: &str) -> HashMap<String, String> {
     HashMap::from([
@@ -80,8 +86,8 @@ pub struct DockerBackend {
     network: String,
     peer_network: String,
     members: Vec<Member>,
-    storage_name: String,
-    storage: Option<Running>,
+    /// Boxed: its container spec is large, and `Backend` holds either backend.
+    storage: Box<Storage>,
     /// Services frozen by `pause` and not yet resumed.
     paused: HashSet<Service>,
     /// Members cut off from the peer network.
@@ -134,11 +140,12 @@ impl DockerBackend {
                 (image, members, version)
             }
             ServiceKind::Redis | ServiceKind::Redlock => {
-                // `validate` refuses this and `auto` picks processes for it; a
-                // direct call still gets a clear reason.
-                anyhow::bail!(
-                    "{service} does not run on the docker backend yet; use --backend process"
-                )
+                let rd = tokio::task::block_in_place(|| RedisDeploy::find(say))?;
+                let image = images::redis_image(&docker, rd.version(), say).await?;
+                let persistence = scenario.lock.persistence.unwrap_or_default();
+                let members =
+                    redis::member_specs(&prefix, &image.tag, persistence, &run_dir, &ports)?;
+                (image, members, rd.version().to_string())
             }
             ServiceKind::Zookeeper => {
                 let zk = tokio::task::block_in_place(|| ZkDeploy::find(say))?;
@@ -158,16 +165,28 @@ impl DockerBackend {
                 (image, members, version)
             }
         };
-        let storage_image = images::storage_image(&docker, say).await?;
+        let postgres = scenario.storage.kind == StorageKind::Postgres;
+        let storage_image = if postgres {
+            images::postgres_image(&docker, say).await?
+        } else {
+            images::storage_image(&docker, say).await?
+        };
         let reaper_image = images::reaper_image(&docker, say).await?;
+        let storage_port = free_port(HOST)?;
+        let storage = if postgres {
+            let name = format!("{prefix}-postgres");
+            Storage::postgres(name, &storage_image.tag, scenario, &run_dir, storage_port)
+        } else {
+            let name = format!("{prefix}-storage");
+            Storage::fencecheck(name, &storage_image.tag, scenario, &run_dir, storage_port)
+        };
         let mut backend = DockerBackend {
             docker: docker.clone(),
             run_id: run_id.clone(),
             network: network::CLIENT_NETWORK.to_string(),
             peer_network: format!("{prefix}-peers"),
             members: members.into_iter().map(Member::new).collect(),
-            storage_name: format!("{prefix}-storage"),
-            storage: None,
+            storage: Box::new(storage),
             paused: HashSet::new(),
             isolated: HashSet::new(),
             guard: CleanupGuard::new(&run_id),
@@ -188,7 +207,10 @@ impl DockerBackend {
             .iter()
             .enumerate()
             .map(|(i, m)| (m.name().to_string(), member_log(&run_dir, service, i)))
-            .chain([(backend.storage_name.clone(), run_dir.join("storage.log"))])
+            .chain([(
+                backend.storage.name().to_string(),
+                backend.storage.log.clone(),
+            )])
             .collect();
         let record = Record {
             run_id: &run_id,
@@ -198,7 +220,10 @@ impl DockerBackend {
             peer_network: &backend.peer_network,
             images: [
                 (service.as_str(), &service_image),
-                ("storage", &storage_image),
+                (
+                    if postgres { "postgres" } else { "storage" },
+                    &storage_image,
+                ),
                 ("reaper", &reaper_image),
             ]
             .into(),
@@ -207,18 +232,24 @@ impl DockerBackend {
                 .members
                 .iter()
                 .map(|m| m.spec.volume.as_str())
+                .chain(backend.storage.volume.as_deref())
                 .collect(),
-            storage: &backend.storage_name,
+            storage: backend.storage.name(),
             reaper: backend.reaper.as_ref().map(|r| r.name.as_str()),
         };
         if let Ok(j) = serde_json::to_string_pretty(&record) {
             let _ = std::fs::write(run_dir.join("docker.json"), j + "\n");
         }
         say(&format!(
-            "starting {n} {service} {version} container(s) and the storage container \
-             (run {run_id}, network {prefix}-peers)"
+            "starting {n} {service} {version} container(s) and {} container \
+             (run {run_id}, network {prefix}-peers)",
+            if postgres {
+                "a PostgreSQL"
+            } else {
+                "the storage"
+            }
         ));
-        match backend.start_all(scenario, &storage_image, &run_dir).await {
+        match backend.start_all(scenario, &run_dir).await {
             Ok(storage) => {
                 let deployment = Deployment {
                     service: scenario.lock.service,
@@ -239,14 +270,9 @@ impl DockerBackend {
     }
 
     /// Networks, volumes, members (each up to its ready line), the storage, then
-    /// the wait until every member and the storage answer healthy. Returns the
-    /// storage's host address.
-    async fn start_all(
-        &mut self,
-        scenario: &Scenario,
-        storage_image: &Image,
-        run_dir: &Path,
-    ) -> Result<SocketAddr> {
+    /// the wait until every member and the storage answer healthy (and
+    /// PostgreSQL's tables). Returns the storage's host address.
+    async fn start_all(&mut self, scenario: &Scenario, run_dir: &Path) -> Result<SocketAddr> {
         let service = scenario.lock.service;
         let (d, inflight) = (&self.docker, &self.guard.inflight);
         network::create_peer_network(d, inflight, &self.run_id, &self.peer_network).await?;
@@ -260,39 +286,9 @@ impl DockerBackend {
                 return Err(failed_start(f, &log, &format!("{service} member {i}")));
             }
         }
-        let port = free_port(HOST)?;
-        let storage_addr: SocketAddr = format!("{HOST}:{port}").parse()?;
-        let spec = ContainerSpec {
-            name: self.storage_name.clone(),
-            image: storage_image.tag.clone(),
-            role: "storage",
-            cmd: vec![
-                "--listen".into(),
-                format!("0.0.0.0:{STORAGE_PORT}"),
-                "--log".into(),
-                "/out/storage.jsonl".into(),
-                "--fencing".into(),
-                scenario.storage.fencing.as_str().into(),
-            ],
-            env: Vec::new(),
-            network: None,
-            ports: vec![(STORAGE_PORT, port)],
-            mounts: vec![MountSpec::Bind {
-                host: run_dir.display().to_string(),
-                target: "/out".into(),
-            }],
-            // The log file belongs to whoever runs fencecheck.
-            user: Some(format!(
-                "{}:{}",
-                nix::unistd::getuid(),
-                nix::unistd::getgid()
-            )),
-            ready_line: "storage listening",
-            auto_remove: false,
-        };
-        match spec.start(&self.run_id, inflight).await {
-            Ok(c) => self.storage = Some(c),
-            Err(f) => return Err(failed_start(f, &run_dir.join("storage.log"), "the storage")),
+        let st = &mut self.storage;
+        if let Err(f) = st.start(d, inflight, &self.run_id).await {
+            return Err(failed_start(f, &st.log, st.what()));
         }
         for (i, m) in self.members.iter().enumerate() {
             m.wait_healthy(d).await.with_context(|| {
@@ -302,16 +298,11 @@ impl DockerBackend {
                 )
             })?;
         }
-        let storage = self.storage.as_ref().context("no storage container")?;
-        container::wait_healthy(d, &self.storage_name, storage, storage_addr, "/health")
-            .await
-            .with_context(|| {
-                format!(
-                    "the storage did not start; see {}",
-                    run_dir.join("storage.log").display()
-                )
-            })?;
-        Ok(storage_addr)
+        let st = &self.storage;
+        let why = || format!("{} did not start; see {}", st.what(), st.log.display());
+        st.wait_ready(d).await.with_context(why)?;
+        st.prepare().await.with_context(why)?;
+        Ok(st.addr)
     }
 
     fn member(&self, i: usize) -> Result<&Member> {
@@ -334,11 +325,14 @@ impl DockerBackend {
                 m.name().to_string()
             }
             Service::Storage => {
-                let c = self.storage.clone().context("no storage container")?;
+                if !self.storage.running() {
+                    anyhow::bail!("{} is not running", self.storage.what());
+                }
+                let c = self.storage.container()?.clone();
                 cleanup::tracked(inflight, async move { c.pause().await })
                     .await?
-                    .with_context(|| format!("docker pause {}", self.storage_name))?;
-                self.storage_name.clone()
+                    .with_context(|| format!("docker pause {}", self.storage.name()))?;
+                self.storage.name().to_string()
             }
         };
         Ok(serde_json::json!({ "action": "docker pause", "container": name }))
@@ -350,10 +344,10 @@ impl DockerBackend {
         match who {
             Service::Member(i) => self.member(i)?.unpause(inflight).await,
             Service::Storage => {
-                let c = self.storage.clone().context("no storage container")?;
+                let c = self.storage.container()?.clone();
                 cleanup::tracked(inflight, async move { c.unpause().await })
                     .await?
-                    .with_context(|| format!("docker unpause {}", self.storage_name))
+                    .with_context(|| format!("docker unpause {}", self.storage.name()))
             }
         }
     }
@@ -376,6 +370,24 @@ impl DockerBackend {
         let m = self.members.get_mut(i).context("no such member")?;
         let pid = m.restart(&self.docker, &self.guard.inflight).await?;
         Ok(serde_json::json!({ "action": "docker start", "container": m.name(), "pid": pid }))
+    }
+
+    /// `docker kill` (SIGKILL) of the storage container; its container, mounts and
+    /// host port stay.
+    pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        // A paused container cannot be killed: thaw it first.
+        if self.paused.remove(&Service::Storage) {
+            let _ = self.resume(Service::Storage).await;
+        }
+        self.storage.kill(&self.docker).await
+    }
+
+    /// `docker start` of the storage container, and the wait until it answers
+    /// (after PostgreSQL's crash recovery; fencecheck's storage reads its log).
+    pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        self.storage
+            .restart(&self.docker, &self.guard.inflight)
+            .await
     }
 
     /// Disconnects members from the peer network (`on`), or connects them back.
@@ -406,7 +418,7 @@ impl DockerBackend {
         for who in paused {
             let name = match who {
                 Service::Member(i) => self.members.get(i).map(|m| m.name().to_string()),
-                Service::Storage => Some(self.storage_name.clone()),
+                Service::Storage => Some(self.storage.name().to_string()),
             };
             if self.resume(who).await.is_ok() {
                 done.push(format!("unpaused container {}", name.unwrap_or_default()));
@@ -424,6 +436,9 @@ impl DockerBackend {
                 done.push(format!("restarted member {i}"));
             }
         }
+        if !self.storage.running() && self.restart_storage().await.is_ok() {
+            done.push(format!("restarted {}", self.storage.what()));
+        }
         done
     }
 
@@ -434,9 +449,10 @@ impl DockerBackend {
         for who in std::mem::take(&mut self.paused) {
             let _ = self.resume(who).await;
         }
-        if let Some(s) = &self.storage {
+        if let (true, Ok(s)) = (self.storage.running(), self.storage.container()) {
             // The storage ends cleanly on SIGINT (as PID 1 it ignores an unhandled
-            // SIGTERM, the engine's default stop signal); the stop then only waits.
+            // SIGTERM, the engine's default stop signal); PostgreSQL takes it for a
+            // fast shutdown. The stop then only waits.
             let _ = container::kill(&self.docker, s, "SIGINT").await;
             let _ = s.stop_with_timeout(Some(2)).await;
         }
@@ -445,7 +461,7 @@ impl DockerBackend {
             .members
             .iter_mut()
             .filter_map(Member::take_container)
-            .chain(self.storage.take())
+            .chain(self.storage.take_container())
             .collect();
         for c in containers {
             // The only holder by now; otherwise the removal by label below does it.
@@ -479,7 +495,7 @@ impl Drop for DockerBackend {
             .members
             .iter_mut()
             .filter_map(Member::take_container)
-            .chain(self.storage.take())
+            .chain(self.storage.take_container())
         {
             std::mem::forget(c);
         }
@@ -510,37 +526,52 @@ fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
 }
 
 /// `fencecheck images`: builds (or reuses) an etcd image per version, the storage
-/// image, the reaper image and the ZooKeeper image; one line per image.
+/// image, the reaper image, and the ZooKeeper, PostgreSQL and Redis images where
+/// those are installed; one line per image.
 pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<Vec<String>> {
     let e = engine(ENGINE_TIMEOUT)
         .await
         .context("no Docker engine answers; the images need one")?;
     let say = |m: &str| eprintln!("· {m}");
-    let mut lines = Vec::new();
-    let mut show = |what: &str, i: &Image| {
-        lines.push(format!(
+    let show = |what: &str, i: &Image| {
+        format!(
             "{what:<9} {} {} ({})",
             i.tag,
             i.id,
             if i.reused { "reused" } else { "built" }
-        ))
+        )
     };
+    let mut lines = Vec::new();
     for &v in versions {
         let i = images::etcd_image(&e.docker, v, &say).await?;
-        show("etcd", &i);
+        lines.push(show("etcd", &i));
     }
     let i = images::storage_image(&e.docker, &say).await?;
-    show("storage", &i);
+    lines.push(show("storage", &i));
     let i = images::reaper_image(&e.docker, &say).await?;
-    show("reaper", &i);
-    // ZooKeeper only where it is installed (`ci/bootstrap.sh`): its image packages
-    // the host's JRE and jars.
+    lines.push(show("reaper", &i));
+    // The others only where their service is installed (`ci/bootstrap.sh`): each
+    // image packages what Debian installed on this machine.
     match tokio::task::block_in_place(|| ZkDeploy::find(&say)) {
         Ok(zk) => {
             let i = images::zookeeper_image(&e.docker, &zk, &say).await?;
-            show("zookeeper", &i);
+            lines.push(show("zookeeper", &i));
         }
         Err(e) => lines.push(format!("zookeeper (skipped: {e:#})")),
+    }
+    match images::postgres_version() {
+        Ok(_) => {
+            let i = images::postgres_image(&e.docker, &say).await?;
+            lines.push(show("postgres", &i));
+        }
+        Err(e) => lines.push(format!("postgres (skipped: {e:#})")),
+    }
+    match tokio::task::block_in_place(|| RedisDeploy::find(&say)) {
+        Ok(rd) => {
+            let i = images::redis_image(&e.docker, rd.version(), &say).await?;
+            lines.push(show("redis", &i));
+        }
+        Err(e) => lines.push(format!("redis (skipped: {e:#})")),
     }
     Ok(lines)
 }

@@ -30,6 +30,19 @@ use crate::lock::redis::{self as proto, Owner, EVENTS, LOCK_PREFIX};
 use crate::service::observe::{Observation, ObservationWriter};
 
 const EXPIRED: &str = "__keyevent@0__:expired";
+/// How long one attempt to subscribe and read the keys may take (a few ms when the
+/// instance serves). Short, because an attempt made while a container is being
+/// started again sits in the engine's port proxy until its SYN is retransmitted
+/// (1 s), and workers whose attempts came earlier get their grants in before it:
+/// abandoned and made again, it gets through as soon as the instance serves.
+const SETUP: Duration = Duration::from_millis(250);
+/// Between attempts: short, so the observer is back before the workers are.
+const RETRY: Duration = Duration::from_millis(20);
+/// Every SET and DEL (`notify-keyspace-events E$gx`): an external client's
+/// library (redis-py) announces nothing, so its grants are seen as the SET of a
+/// lock key (its owner value read right after) and its releases as the DEL.
+const SET: &str = "__keyevent@0__:set";
+const DEL: &str = "__keyevent@0__:del";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
@@ -90,6 +103,7 @@ impl State {
                 grant: self.next,
                 session,
                 id: owner.to_string(),
+                value: None,
             });
             return;
         }
@@ -177,7 +191,7 @@ async fn instance(
         }
         first = true;
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = tokio::time::sleep(RETRY) => {}
             _ = stop.changed() => return,
         }
     }
@@ -185,18 +199,24 @@ async fn instance(
 
 /// One connection's life: returns when the subscription ends.
 async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bool) -> Result<()> {
-    let client = redis::Client::open(format!("redis://{addr}/"))?;
-    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
+    let setup = async {
+        let client = redis::Client::open(format!("redis://{addr}/"))?;
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(EVENTS).await?;
+        pubsub.subscribe(EXPIRED).await?;
+        pubsub.subscribe(SET).await?;
+        pubsub.subscribe(DEL).await?;
+        // What the instance holds now (after subscribing, so nothing falls
+        // between): keys gone since the last look ended their holds (a restart
+        // without the AOF).
+        let mut c = proto::connect(&addr.to_string()).await?;
+        let now = read_locks(&mut c).await?;
+        // `c` stays for the GET of an owner after a keyspace SET.
+        anyhow::Ok((pubsub, now, c))
+    };
+    let (mut pubsub, now, mut c) = tokio::time::timeout(SETUP, setup)
         .await
-        .context("subscribing timed out")??;
-    pubsub.subscribe(EVENTS).await?;
-    pubsub.subscribe(EXPIRED).await?;
-    // What the instance holds now (after subscribing, so nothing falls between):
-    // keys gone since the last look ended their holds (a restart without the AOF).
-    let mut c = proto::connect(&addr.to_string()).await?;
-    let now = tokio::time::timeout(Duration::from_secs(2), read_locks(&mut c))
-        .await
-        .context("reading the lock keys timed out")??;
+        .context("subscribing and reading the lock keys timed out")??;
     with(state, |s| {
         let before: Vec<String> = s.per[i].keys().cloned().collect();
         for name in before {
@@ -217,6 +237,31 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         if m.get_channel_name() == EXPIRED {
             if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
                 with(state, |s| s.apply(i, name, None, Cause::Ended));
+            }
+            continue;
+        }
+        if m.get_channel_name() == DEL {
+            // fencecheck's own scripts announce theirs too (the harness's
+            // deletion before its DEL); a repeated change is a no-op.
+            if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
+                with(state, |s| s.apply(i, name, None, Cause::Released));
+            }
+            continue;
+        }
+        if m.get_channel_name() == SET {
+            let Some(name) = payload.strip_prefix(LOCK_PREFIX) else {
+                continue;
+            };
+            // The owner is what the key holds now; gone already (released or
+            // expired within the look-up) leaves it unobserved.
+            let v: Option<String> = tokio::time::timeout(
+                Duration::from_secs(2),
+                redis::cmd("GET").arg(&payload).query_async(&mut c),
+            )
+            .await
+            .context("GET after a SET timed out")??;
+            if let Some(v) = v {
+                with(state, |s| s.apply(i, name, Some(&v), Cause::Granted));
             }
             continue;
         }

@@ -46,6 +46,7 @@ fn created(out: &ObservationWriter, path: &str, n: &LockNode) {
         grant: n.czxid,
         session: n.session,
         id: path.to_string(),
+        value: None,
     });
 }
 

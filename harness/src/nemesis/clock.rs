@@ -1,0 +1,114 @@
+//! `clock-jump`: steps a Redis instance's wall clock forward by `by`. The instance
+//! runs under clockshim (`clockshim/`), which adds the nanoseconds written in the
+//! member's offset file to every wall-clock read; Redis stamps and checks key
+//! expiry with that clock (`mstime()` → `gettimeofday`), so every key set before
+//! the step expires `by` early. The step is confirmed through the instance itself
+//! (its `TIME` must have moved forward by about `by`), never assumed.
+//!
+//! The clock stays ahead afterwards, as after a real step (a later jump adds to
+//! it); the fault's window (`duration`, by default the lock TTL) is the time in
+//! which keys set before the step could expire early, so an overlap it caused
+//! falls inside it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::{Nemesis, Planned, Resolved};
+use crate::history::{EventType, F};
+
+/// How long the instance may take to show the step (clockshim reads its file
+/// again at most once a millisecond).
+const CONFIRM: Duration = Duration::from_secs(2);
+
+/// The offset in the file now (0 when it holds nothing readable).
+fn read_offset(path: &Path) -> i64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes the offset whole: a rename, so clockshim never reads half a number.
+fn write_offset(path: &Path, ns: i64) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{ns}\n"))
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+}
+
+/// Steps member `m` by `by`; returns what was done and seen.
+async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> {
+    let file = n.world.backend.lock().await.clock_file(m)?;
+    let before_us = n.world.service.member_time_us(m).await?;
+    let old = read_offset(&file);
+    let new = old.saturating_add(by.as_nanos() as i64);
+    write_offset(&file, new)?;
+    let t0 = tokio::time::Instant::now();
+    // The instance's clock must show at least the step, less a little for the
+    // time two TIME calls apart cannot account for.
+    let want = before_us + (by.as_micros() as i64) * 9 / 10;
+    loop {
+        match n.world.service.member_time_us(m).await {
+            Ok(now) if now >= want => {
+                return Ok(serde_json::json!({
+                    "member": m,
+                    "offset_ms_before": old / 1_000_000,
+                    "offset_ms_after": new / 1_000_000,
+                    "instance_time_before_us": before_us,
+                    "instance_time_after_us": now,
+                    "seen_after_ms": t0.elapsed().as_millis() as u64,
+                }))
+            }
+            _ if t0.elapsed() >= CONFIRM => bail!(
+                "member {m}'s clock did not move by {by:?} within {CONFIRM:?} (is clockshim \
+                 loaded? see its log)"
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+    let members: Vec<usize> = match target {
+        Resolved::Members(m) => m.iter().map(|m| m.member).collect(),
+        _ => Vec::new(),
+    };
+    // Stamped before the first step, so the window covers every early expiry.
+    let mut start = n.event(p, EventType::Invoke, F::ClockJump);
+    let mut done = Vec::new();
+    let mut errors = Vec::new();
+    for &m in &members {
+        match jump(n, m, p.by).await {
+            Ok(what) => done.push(what),
+            Err(e) => errors.push(format!("member {m}: {e:#}")),
+        }
+    }
+    start.detail = Some(serde_json::json!({
+        "action": "step the wall clock forward",
+        "by_ms": p.by.as_millis() as u64,
+        "target": target.describe(),
+        "done": done,
+        "window_ms": p.duration.as_millis() as u64,
+    }));
+    if !errors.is_empty() {
+        start.error = Some(errors.join("; "));
+    }
+    n.record(&start);
+    tokio::time::sleep(p.duration).await;
+    let kind = if done.is_empty() {
+        EventType::Fail
+    } else {
+        EventType::Ok
+    };
+    let mut end = n.event(p, kind, F::ClockJump);
+    end.detail = Some(serde_json::json!({
+        "action": "window ends: every key set before the step would have expired by now; \
+                   the clock stays ahead",
+    }));
+    if !errors.is_empty() {
+        end.error = Some(errors.join("; "));
+    }
+    n.record(&end);
+}
