@@ -29,7 +29,9 @@ fn run_client_scenario(name: &str) -> Value {
         .filter(|e| e["f"] == "write" && e["type"] == "ok")
         .count();
     assert!(granted >= 5, "{name}: only {granted} grants");
-    assert!(writes >= 5, "{name}: only {writes} accepted writes");
+    // One is enough: with an unordered token (redis-py) a first grant with the
+    // highest random value has every later write refused.
+    assert!(writes >= 1, "{name}: no accepted write");
     assert_nothing_left(&out);
     r
 }

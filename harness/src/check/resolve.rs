@@ -134,7 +134,7 @@ fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i6
                     ..
                 } if k == key
                     && (id == entry || value.is_some_and(|val| val == id))
-                    && (value.is_none() || v.is_none() || value == v.as_deref())
+                    && (value.is_none() || v.is_none() || same_value(value, v.as_deref()))
                     && *time_ns <= until =>
                 {
                     Some(*grant)
@@ -157,4 +157,35 @@ fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i6
         }
     }
     (out, disagree)
+}
+
+/// Whether a client's `value` is the observed one. The observer writes a value as
+/// text when its bytes happen to be UTF-8 and as lowercase hex otherwise, and a
+/// client sends raw bytes (python-etcd3's uuid) as hex: a uuid that happens to be
+/// valid UTF-8 must still match, so the hex of the observed text counts too.
+fn same_value(client: Option<&str>, observed: Option<&str>) -> bool {
+    let (Some(c), Some(o)) = (client, observed) else {
+        return false;
+    };
+    c == o || hex(o.as_bytes()).eq_ignore_ascii_case(c)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_value;
+
+    #[test]
+    fn a_value_matches_as_text_or_as_the_hex_of_its_bytes() {
+        assert!(same_value(Some("abc"), Some("abc")));
+        // A uuid whose 16 bytes happen to be UTF-8 is observed as text; the
+        // client sends the hex of the same bytes.
+        assert!(same_value(Some("616263"), Some("abc")));
+        assert!(same_value(Some("61626A"), Some("abj")));
+        assert!(!same_value(Some("616264"), Some("abc")));
+        assert!(!same_value(None, Some("abc")));
+    }
 }
