@@ -152,19 +152,11 @@ else
   say "chromium missing (the report tests open report.html in it)"
   apt_install chromium
 fi
-# The harness's own test clients (harness/tests/data/clients, tests/client_protocol.rs)
-# run Debian's python3 with Debian's lock libraries.
-for mod_pkg in etcd3:python3-etcd3 kazoo:python3-kazoo redis:python3-redis; do
-  mod="${mod_pkg%%:*}"; pkg="${mod_pkg#*:}"
-  if /usr/bin/python3 -c "import $mod" >/dev/null 2>&1; then
-    say "$pkg: $(/usr/bin/python3 -c "import $mod; print(getattr($mod, '__version__', 'present'))")"
-  else
-    apt_install "$pkg"
-  fi
-done
 # The lock-client adapters (clients/<name>/setup.sh): each checks what its library
 # needs (a file, a version) and installs or builds what is missing. Sourced, so they
-# share say, die and apt_install.
+# share say, die and apt_install. (The harness's own test clients in
+# harness/tests/data/clients use the same Debian Python libraries the python-etcd3,
+# kazoo and redis-py adapters' setup.sh install.)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 for setup in "$ROOT"/clients/*/setup.sh; do
   [ -f "$setup" ] || continue
