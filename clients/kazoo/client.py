@@ -16,28 +16,19 @@ reports:
   or was closed under it). kazoo then starts a new session by itself; `open` after a
   loss makes a fresh client instead, so each `open` answer names the session used.
 """
-import json
 import logging
 import os
 import sys
-import threading
+
+# The protocol loop, shared by the Python adapters, is in clients/python/: found from
+# this file's own path, so the adapter runs from any working directory.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
+import fencecheck_client  # noqa: E402
 
 import kazoo
 from kazoo.client import KazooClient, KazooState
 
-NAME = "kazoo adapter"
-_out = threading.Lock()
-
-
-def log(msg):
-    print(f"{NAME}: {msg}", file=sys.stderr, flush=True)
-
-
-def send(obj):
-    # The listener runs on kazoo's thread while the main thread answers requests.
-    with _out:
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
+log = fencecheck_client.logger("kazoo adapter")
 
 
 class Session:
@@ -59,8 +50,8 @@ class Session:
         log(f"session {self.id}: state {state}")
         if state == KazooState.LOST and not self.closing and not self.lost_sent:
             self.lost_sent = True
-            send({"event": "session-lost", "session": self.id,
-                  "reason": "kazoo reported KazooState.LOST"})
+            fencecheck_client.send({"event": "session-lost", "session": self.id,
+                                    "reason": "kazoo reported KazooState.LOST"})
 
     def close(self):
         self.closing = True
@@ -141,28 +132,7 @@ def main():
     # kazoo logs what its connection does (suspended, expired, reconnected): keep it.
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    send({"fencecheck_client": 1, "library": f"kazoo {kazoo.__version__}"})
-    adapter = Adapter()
-    ops = {"open": adapter.open, "acquire": adapter.acquire,
-           "release": adapter.release, "close": adapter.close}
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            rid, op = req["id"], req["op"]
-        except (ValueError, KeyError, TypeError) as e:
-            log(f"ignoring a line that is not a request ({e}): {line.strip()[:200]}")
-            continue
-        try:
-            if op not in ops:
-                raise ValueError(f"unknown op {op!r}")
-            send({"id": rid, "ok": True, **ops[op](req)})
-        except Exception as e:  # noqa: BLE001 - every failure is an answer
-            log(f"{op} failed: {type(e).__name__}: {e}")
-            send({"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"})
-    log("stdin closed: exiting")
-    adapter.close_session()
+    fencecheck_client.serve(Adapter(), f"kazoo {kazoo.__version__}", log)
 
 
 if __name__ == "__main__":

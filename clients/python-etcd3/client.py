@@ -17,27 +17,20 @@ What the library does, read from etcd3/locks.py, and so what this adapter report
   only logged: the library has no way to tell its user that the lock was lost, so
   no `session-lost` is ever sent.
 """
-import json
 import math
+import os
 import sys
 import threading
 import uuid
 
+# The protocol loop, shared by the Python adapters, is in clients/python/: found from
+# this file's own path, so the adapter runs from any working directory.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
+import fencecheck_client  # noqa: E402
+
 import etcd3
 
-NAME = "python-etcd3 adapter"
-_out = threading.Lock()
-
-
-def log(msg):
-    print(f"{NAME}: {msg}", file=sys.stderr, flush=True)
-
-
-def send(obj):
-    # One writer at a time: the refresher thread logs only, but keep stdout whole.
-    with _out:
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
+log = fencecheck_client.logger("python-etcd3 adapter")
 
 
 class Refresher(threading.Thread):
@@ -177,28 +170,7 @@ class Adapter:
 
 
 def main():
-    send({"fencecheck_client": 1, "library": f"python-etcd3 {etcd3.__version__}"})
-    adapter = Adapter()
-    ops = {"open": adapter.open, "acquire": adapter.acquire,
-           "release": adapter.release, "close": adapter.close}
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            rid, op = req["id"], req["op"]
-        except (ValueError, KeyError, TypeError) as e:
-            log(f"ignoring a line that is not a request ({e}): {line.strip()[:200]}")
-            continue
-        try:
-            if op not in ops:
-                raise ValueError(f"unknown op {op!r}")
-            send({"id": rid, "ok": True, **ops[op](req)})
-        except Exception as e:  # noqa: BLE001 - every failure is an answer
-            log(f"{op} failed: {type(e).__name__}: {e}")
-            send({"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"})
-    log("stdin closed: exiting")
-    adapter.close_client()
+    fencecheck_client.serve(Adapter(), f"python-etcd3 {etcd3.__version__}", log)
 
 
 if __name__ == "__main__":
