@@ -47,6 +47,25 @@ prints() {
   grep -q -- "$pat" <<<"$out"
 }
 
+# debian_python_import ADAPTER MODULE PACKAGE: ADAPTER runs under Debian's /usr/bin/python3
+# and imports MODULE there, from Debian's PACKAGE; install it when the import fails. The
+# check is the import itself, by that interpreter: a pyenv python3 on PATH does not see
+# Debian's python3-* packages, and a package listed by dpkg may still fail to import.
+# For the Python adapters' setup.sh.
+debian_python_import() {
+  local adapter="$1" module="$2" package="$3" v
+  if v="$(/usr/bin/python3 -c "import $module; print($module.__version__)" 2>/dev/null)"; then
+    say "$adapter: /usr/bin/python3 imports $module $v"
+    return
+  fi
+  say "$adapter: /usr/bin/python3 cannot import $module: Debian's $package"
+  [ -x /usr/bin/python3 ] || apt_install python3
+  apt_install "$package"
+  v="$(/usr/bin/python3 -c "import $module; print($module.__version__)" 2>/dev/null)" ||
+    die "/usr/bin/python3 still cannot import $module after apt-get install $package"
+  say "$adapter: /usr/bin/python3 imports $module $v"
+}
+
 CACHE="${FENCECHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fencecheck}"
 
 if command -v protoc >/dev/null 2>&1; then
@@ -165,9 +184,9 @@ else
 fi
 # The lock-client adapters (clients/<name>/setup.sh): each checks what its library
 # needs (a file, a version) and installs or builds what is missing. Sourced, so they
-# share say, die and apt_install. (The harness's own test clients in
-# harness/tests/data/clients use the same Debian Python libraries the python-etcd3,
-# kazoo and redis-py adapters' setup.sh install.)
+# share say, die, apt_install, prints and debian_python_import. (The harness's own
+# test clients in harness/tests/data/clients use the same Debian Python libraries the
+# python-etcd3, kazoo and redis-py adapters' setup.sh install.)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 for setup in "$ROOT"/clients/*/setup.sh; do
   [ -f "$setup" ] || continue
