@@ -12,91 +12,20 @@
 mod common;
 
 use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::docker::{
+    assert_run_left_nothing, docker_json, docker_or_skip, host_has, leftovers_labelled,
+    leftovers_of, run_docker,
+};
 use common::{bin, explain, faults_of, leaders_killed, n, serial};
 use serde_json::Value;
-
-/// Does a Docker engine answer? When not: skip (one line), or fail when
-/// `FENCECHECK_REQUIRE_DOCKER=1`.
-fn docker_or_skip(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let answer = rt.block_on(fencecheck::backend::docker::engine(Duration::from_secs(5)));
-    match answer {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("FENCECHECK_REQUIRE_DOCKER").as_deref() == Ok("1") {
-                panic!("{test}: FENCECHECK_REQUIRE_DOCKER=1 but no Docker engine answers: {e:#}");
-            }
-            // Straight to the file descriptor: shown even when the harness captures.
-            let _ = writeln!(
-                std::io::stderr(),
-                "{test}: skipped: no Docker engine answers ({e:#})"
-            );
-            false
-        }
-    }
-}
-
-fn run_docker(name: &str, extra: &[&str], out: &Path, quiet: bool) -> (Output, Value) {
-    let mut c = bin();
-    c.args([
-        "scenario",
-        &format!("scenarios/{name}.toml"),
-        "--backend",
-        "docker",
-        "--out",
-    ])
-    .arg(out)
-    .args(extra);
-    if quiet {
-        c.arg("--quiet");
-    }
-    let output = c.output().expect("run fencecheck");
-    let report = std::fs::read_to_string(out.join("report.json"))
-        .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))
-        .unwrap_or(Value::Null);
-    (output, report)
-}
-
-fn docker_json(run_dir: &Path) -> Value {
-    let t = std::fs::read_to_string(run_dir.join("docker.json")).expect("docker.json");
-    serde_json::from_str(&t).expect("docker.json is JSON")
-}
 
 /// Containers, networks and volumes labelled `fencecheck.run`, as the docker CLI
 /// lists them.
 fn leftovers() -> Vec<String> {
     leftovers_labelled("fencecheck.run")
-}
-
-/// Containers, networks and volumes matching a label filter (`KEY` or `KEY=VALUE`).
-fn leftovers_labelled(label: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (what, args, format) in [
-        ("container", ["ps", "-a"], "{{.Names}}"),
-        ("network", ["network", "ls"], "{{.Name}}"),
-        ("volume", ["volume", "ls"], "{{.Name}}"),
-    ] {
-        let o = Command::new("docker")
-            .args(args)
-            .args(["--filter", &format!("label={label}"), "--format", format])
-            .output()
-            .expect("docker CLI");
-        assert!(o.status.success(), "docker {args:?}: {o:?}");
-        out.extend(
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| format!("{what} {l}")),
-        );
-    }
-    out
 }
 
 fn assert_no_docker_leftovers(when: &str) {
@@ -184,11 +113,11 @@ fn zookeeper_pause_on_docker_reaches_the_process_verdicts() {
     }
     // The image packages the host's JRE and Debian's ZooKeeper jars; without them
     // there is nothing to package (ci/bootstrap.sh installs them).
-    if !Path::new("/usr/share/java/zookeeper.jar").exists() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "zk_pause_on_docker: skipped: no ZooKeeper jars on this machine"
-        );
+    if !host_has(
+        "zk_pause_on_docker",
+        "/usr/share/java/zookeeper.jar",
+        "ZooKeeper jars",
+    ) {
         return;
     }
     let _g = serial();
@@ -223,12 +152,7 @@ fn zookeeper_pause_on_docker_reaches_the_process_verdicts() {
     );
     let log = std::fs::read_to_string(out.join("zk-0.log")).expect("zk-0.log");
     assert!(log.contains("binding to port"), "{log}");
-    let run_id = d["run_id"].as_str().expect("run_id in docker.json");
-    let left = leftovers_of(run_id);
-    assert!(
-        left.is_empty(),
-        "left behind after the zk-pause run: {left:#?}"
-    );
+    assert_run_left_nothing(&out, "after the zk-pause run");
 }
 
 #[test]
@@ -461,11 +385,6 @@ fn clean_removes_what_a_killed_run_left() {
     assert!(text.contains(&format!("network {name}")), "{text}");
     assert!(text.contains(&format!("volume {name}")), "{text}");
     assert_no_docker_leftovers("after fencecheck clean");
-}
-
-/// Containers, networks and volumes of one run (label `fencecheck.run=<id>`).
-fn leftovers_of(run_id: &str) -> Vec<String> {
-    leftovers_labelled(&format!("fencecheck.run={run_id}"))
 }
 
 #[test]

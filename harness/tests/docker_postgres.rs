@@ -6,92 +6,26 @@
 //! backend's, and nothing of the run is left behind.
 //!
 //! Where no Docker engine answers, each test prints one line and returns; with
-//! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (as in `docker.rs`, whose helpers
-//! are not shared: the minimum is copied here).
+//! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (`common::docker`, as in `docker.rs`).
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::Duration;
 
-use common::{bin, explain, faults_of, n, serial};
+use common::docker::{assert_run_left_nothing, docker_json, docker_or_skip, host_has, run_docker};
+use common::{explain, faults_of, n, serial};
 use serde_json::Value;
 
-/// Does a Docker engine answer? When not: skip (one line), or fail when
-/// `FENCECHECK_REQUIRE_DOCKER=1`.
-fn docker_or_skip(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let answer = rt.block_on(fencecheck::backend::docker::engine(Duration::from_secs(5)));
-    if let Err(e) = answer {
-        if std::env::var("FENCECHECK_REQUIRE_DOCKER").as_deref() == Ok("1") {
-            panic!("{test}: FENCECHECK_REQUIRE_DOCKER=1 but no Docker engine answers: {e:#}");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no Docker engine answers ({e:#})"
-        );
-        return false;
-    }
-    if !Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
-        // The image packages the host's PostgreSQL 15 (ci/bootstrap.sh installs it).
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no PostgreSQL 15 on this machine"
-        );
-        return false;
-    }
-    true
-}
-
-fn run_docker(name: &str, out: &Path) -> (Output, Value) {
-    let output = bin()
-        .args(["scenario", &format!("scenarios/{name}.toml")])
-        .args(["--backend", "docker", "--quiet", "--out"])
-        .arg(out)
-        .output()
-        .expect("run fencecheck");
-    (output, common::read_report(out))
-}
-
-/// Containers, networks and volumes of one run, as the docker CLI lists them (only
-/// this run's label: other harnesses may be running on the same engine).
-fn leftovers_of(run_dir: &Path) -> Vec<String> {
-    let t = std::fs::read_to_string(run_dir.join("docker.json")).expect("docker.json");
-    let j: Value = serde_json::from_str(&t).expect("docker.json is JSON");
-    let id = j["run_id"].as_str().expect("run_id");
-    let mut out = Vec::new();
-    for (what, args, format) in [
-        ("container", ["ps", "-a"], "{{.Names}}"),
-        ("network", ["network", "ls"], "{{.Name}}"),
-        ("volume", ["volume", "ls"], "{{.Name}}"),
-    ] {
-        let o = Command::new("docker")
-            .args(args)
-            .args(["--filter", &format!("label=fencecheck.run={id}")])
-            .args(["--format", format])
-            .output()
-            .expect("docker CLI");
-        assert!(o.status.success(), "docker {args:?}: {o:?}");
-        out.extend(
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| format!("{what} {l}")),
-        );
-    }
-    out
+/// A Docker engine, and the host's PostgreSQL 15 for the image to package? When not:
+/// skip (one line), or fail when `FENCECHECK_REQUIRE_DOCKER=1` and there is no engine.
+fn docker_and_postgres(test: &str) -> bool {
+    docker_or_skip(test) && host_has(test, "/usr/lib/postgresql/15/bin/postgres", "PostgreSQL 15")
 }
 
 /// The run's PostgreSQL container, its data volume and its image, from
 /// `docker.json`.
 fn postgres_record(run_dir: &Path) -> Value {
-    let t = std::fs::read_to_string(run_dir.join("docker.json")).expect("docker.json");
-    let j: Value = serde_json::from_str(&t).expect("docker.json is JSON");
+    let j = docker_json(run_dir);
     let storage = j["storage"].as_str().expect("storage").to_string();
     assert!(storage.ends_with("-postgres"), "{j}");
     let volume = format!("{storage}-data");
@@ -110,13 +44,13 @@ fn postgres_record(run_dir: &Path) -> Value {
 
 #[test]
 fn pg_pause_on_docker_rejects_every_stale_write() {
-    if !docker_or_skip("pg_pause_on_docker") {
+    if !docker_and_postgres("pg_pause_on_docker") {
         return;
     }
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("pg-pause");
-    let (o, r) = run_docker("pg-pause", &out);
+    let (o, r) = run_docker("pg-pause", &[], &out, true);
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     assert_eq!(r["passed"], true, "{}", explain(&o));
     assert_eq!(r["run"]["backend"], "docker");
@@ -138,19 +72,18 @@ fn pg_pause_on_docker_rejects_every_stale_write() {
         .expect("a pause of the database");
     assert_eq!(db["outcome"], "ok", "{db}");
     assert_eq!(db["detail"]["done"][0]["action"], "docker pause", "{db}");
-    let left = leftovers_of(&out);
-    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert_run_left_nothing(&out, "after the run");
 }
 
 #[test]
 fn pg_crash_on_docker_loses_nothing_acknowledged() {
-    if !docker_or_skip("pg_crash_on_docker") {
+    if !docker_and_postgres("pg_crash_on_docker") {
         return;
     }
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("pg-crash");
-    let (o, r) = run_docker("pg-crash", &out);
+    let (o, r) = run_docker("pg-crash", &[], &out, true);
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     assert_eq!(r["passed"], true, "{}", explain(&o));
     assert_eq!(r["run"]["backend"], "docker");
@@ -183,6 +116,5 @@ fn pg_crash_on_docker_loses_nothing_acknowledged() {
     assert_eq!(n(&key["final_value"]), n(&key["applied"]), "{key}");
     assert!(n(&key["final_value"]) >= n(&key["acknowledged"]), "{key}");
     assert!(n(&key["acknowledged"]) > 10, "too little traffic: {key}");
-    let left = leftovers_of(&out);
-    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert_run_left_nothing(&out, "after the run");
 }

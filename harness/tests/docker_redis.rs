@@ -6,63 +6,33 @@
 //! the run is left behind.
 //!
 //! Where no Docker engine answers, each test prints one line and returns; with
-//! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (as in `docker.rs`, whose helpers
-//! are not shared: the minimum is copied here).
+//! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (`common::docker`, as in `docker.rs`).
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::Duration;
 
-use common::{bin, explain, faults_of, fencing, n, serial};
+use common::docker::{docker_json, docker_or_skip, host_has, leftovers_of, run_docker};
+use common::{explain, faults_of, fencing, n, serial};
 use serde_json::Value;
 
-/// Does a Docker engine answer, and is there a redis-server to package? When not:
-/// skip (one line), or fail when `FENCECHECK_REQUIRE_DOCKER=1`.
-fn docker_or_skip(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let answer = rt.block_on(fencecheck::backend::docker::engine(Duration::from_secs(5)));
-    if let Err(e) = answer {
-        if std::env::var("FENCECHECK_REQUIRE_DOCKER").as_deref() == Ok("1") {
-            panic!("{test}: FENCECHECK_REQUIRE_DOCKER=1 but no Docker engine answers: {e:#}");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no Docker engine answers ({e:#})"
-        );
-        return false;
-    }
-    if !Path::new("/usr/bin/redis-server").exists() {
-        // The image packages the host's redis-server (ci/bootstrap.sh installs it).
-        let _ = writeln!(std::io::stderr(), "{test}: skipped: no redis-server here");
-        return false;
-    }
-    true
+/// A Docker engine, and the host's redis-server for the image to package? When not:
+/// skip (one line), or fail when `FENCECHECK_REQUIRE_DOCKER=1` and there is no engine.
+fn docker_and_redis(test: &str) -> bool {
+    docker_or_skip(test) && host_has(test, "/usr/bin/redis-server", "redis-server")
 }
 
 /// Runs a shipped scenario with `--backend docker`; checks what every Redis run on
 /// docker must show, and that nothing of it is left.
-fn run_docker(name: &str, service: &str, members: usize, out: &Path) -> Value {
-    let o: Output = bin()
-        .args(["scenario", &format!("scenarios/{name}.toml")])
-        .args(["--backend", "docker", "--quiet", "--out"])
-        .arg(out)
-        .output()
-        .expect("run fencecheck");
-    let r = common::read_report(out);
+fn run_redis(name: &str, service: &str, members: usize, out: &Path) -> Value {
+    let (o, r) = run_docker(name, &[], out, true);
     assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
     assert_eq!(r["passed"], true, "{name}: {}", explain(&o));
     assert_eq!(r["run"]["backend"], "docker", "{name}");
     assert_eq!(r["run"]["service"], service, "{name}");
     // Every grant a worker was told about was observed at the service.
     assert_eq!(r["problems"], serde_json::json!([]), "{name}");
-    let t = std::fs::read_to_string(out.join("docker.json")).expect("docker.json");
-    let j: Value = serde_json::from_str(&t).expect("docker.json is JSON");
+    let j = docker_json(out);
     let tag = j["images"][service]["tag"].as_str().expect("image tag");
     assert!(tag.starts_with("fencecheck/redis:7.0"), "{j}");
     assert_eq!(j["members"].as_array().map(Vec::len), Some(members), "{j}");
@@ -71,45 +41,19 @@ fn run_docker(name: &str, service: &str, members: usize, out: &Path) -> Value {
             .unwrap_or_else(|e| panic!("redis-{i}.log: {e}"));
         assert!(log.contains("Ready to accept connections"), "{log}");
     }
-    let left = leftovers(j["run_id"].as_str().expect("run_id"));
+    let left = leftovers_of(j["run_id"].as_str().expect("run_id"));
     assert!(left.is_empty(), "{name} left behind: {left:#?}");
     r
 }
 
-/// Containers, networks and volumes labelled with one run's id, as the docker CLI
-/// lists them (other harnesses may be running on the same engine).
-fn leftovers(run_id: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (what, args, format) in [
-        ("container", ["ps", "-a"], "{{.Names}}"),
-        ("network", ["network", "ls"], "{{.Name}}"),
-        ("volume", ["volume", "ls"], "{{.Name}}"),
-    ] {
-        let o = Command::new("docker")
-            .args(args)
-            .args(["--filter", &format!("label=fencecheck.run={run_id}")])
-            .args(["--format", format])
-            .output()
-            .expect("docker CLI");
-        assert!(o.status.success(), "docker {args:?}: {o:?}");
-        out.extend(
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| format!("{what} {l}")),
-        );
-    }
-    out
-}
-
 #[test]
 fn redis_pause_on_docker_is_fenced_by_the_counter() {
-    if !docker_or_skip("redis_pause_on_docker") {
+    if !docker_and_redis("redis_pause_on_docker") {
         return;
     }
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
-    let r = run_docker("redis-pause", "redis", 1, &dir.path().join("run"));
+    let r = run_redis("redis-pause", "redis", 1, &dir.path().join("run"));
     let (accepted, rejected, fresh) = fencing(&r);
     assert_eq!(accepted, 0, "{}", r["checks"]["fencing"]);
     assert!(rejected >= 1, "{}", r["checks"]["fencing"]);
@@ -123,13 +67,13 @@ fn redis_pause_on_docker_is_fenced_by_the_counter() {
 /// no persistence the counter starts over and fresh holders are refused.
 #[test]
 fn redis_restarts_on_docker_keep_or_lose_the_counter_by_persistence() {
-    if !docker_or_skip("redis_restarts_on_docker") {
+    if !docker_and_redis("redis_restarts_on_docker") {
         return;
     }
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("aof-always");
-    let r = run_docker("redis-restart-aof-always", "redis", 1, &out);
+    let r = run_redis("redis-restart-aof-always", "redis", 1, &out);
     let kills = faults_of(&r, "kill");
     assert!(!kills.is_empty(), "no kill recorded");
     for k in &kills {
@@ -148,7 +92,7 @@ fn redis_restarts_on_docker_keep_or_lose_the_counter_by_persistence() {
     assert_eq!(fencing(&r), (0, 0, 0), "{}", r["checks"]["fencing"]);
     assert_eq!(n(&r["checks"]["counter"]["lost"]), 0);
 
-    let r = run_docker(
+    let r = run_redis(
         "redis-restart-no-aof",
         "redis",
         1,
@@ -163,12 +107,12 @@ fn redis_restarts_on_docker_keep_or_lose_the_counter_by_persistence() {
 
 #[test]
 fn redlock_pause_without_token_on_docker_accepts_stale_writes() {
-    if !docker_or_skip("redlock_pause_on_docker") {
+    if !docker_and_redis("redlock_pause_on_docker") {
         return;
     }
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
-    let r = run_docker(
+    let r = run_redis(
         "redlock-pause-no-token",
         "redlock",
         3,

@@ -2,6 +2,8 @@
 //! and look at the machine's process table for anything a run left behind.
 #![allow(dead_code)]
 
+pub mod docker;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
