@@ -288,6 +288,46 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_is_judged_by_the_session_its_entry_was_created_under() {
+        // Worker 0 was told of session 1; the client was granted entry 5 under a
+        // session 3 it opened itself. Session 3 ends at 100, session 1 never.
+        let events = vec![
+            ev(10, 0, EventType::Invoke, F::Acquire, 1, None),
+            ev(20, 0, EventType::Ok, F::Acquire, 1, Some(5)),
+            ev(200, 0, EventType::Invoke, F::Release, 1, Some(5)),
+        ];
+        let storage = vec![op(150, 0, 5, OpKind::Write, Verdict::RejectedStale)];
+        let mut rec = Recorded::new(events, storage);
+        rec.observations = Some(vec![
+            Observation::Created {
+                time_ns: 15,
+                key: "k0".into(),
+                grant: 5,
+                session: 3,
+                id: "/fencecheck/locks/k0/_c_x-lock-0000000000".into(),
+                value: None,
+            },
+            // Written out of time order (the end is stamped when the deletion
+            // was seen, the line once the leader answered): the earliest counts.
+            Observation::SessionEnded {
+                time_ns: 120,
+                session: 3,
+                worker: Some(0),
+            },
+            Observation::SessionEnded {
+                time_ns: 100,
+                session: 3,
+                worker: Some(0),
+            },
+        ]);
+        let f = check(&rec);
+        assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
+        let u = &f.unsafe_window.windows[0];
+        assert_eq!((u.session, u.session_ended_ns), (3, 100));
+        assert_eq!(u.writes_refused, 1);
+    }
+
+    #[test]
     fn without_observations_there_are_no_findings() {
         let rec = Recorded::new(Vec::new(), Vec::new());
         let f = check(&rec);
