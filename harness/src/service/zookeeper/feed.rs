@@ -42,6 +42,9 @@ struct Known {
     /// session → its worker, kept after the owner node goes: a worker deletes
     /// its persistent ones when it closes, maybe before the session ends.
     workers: BTreeMap<i64, u32>,
+    /// Sessions whose ephemeral owner node went: their end is recorded (their
+    /// lock nodes' deletions may come after it).
+    ended: BTreeSet<i64>,
 }
 
 impl Known {
@@ -89,7 +92,7 @@ impl Asks {
             return;
         }
         let owner = known.owners.get(&session);
-        if owner.is_some_and(|o| o.ephemeral) {
+        if owner.is_some_and(|o| o.ephemeral) || known.ended.contains(&session) {
             return;
         }
         let _ = self.0.send(Ask {
@@ -335,7 +338,10 @@ fn owner_deleted(known: &mut Known, session: i64, out: &ObservationWriter, asks:
         Some(o) if !o.ephemeral => {
             asks.after_deletion(known, session, monotonic_ns());
         }
-        o => session_ended(out, session, o.and_then(|o| o.worker)),
+        o => {
+            session_ended(out, session, o.and_then(|o| o.worker));
+            known.ended.insert(session);
+        }
     }
     known.owners.remove(&session);
 }
