@@ -63,7 +63,13 @@ fn python_etcd3() {
 
 #[test]
 fn kazoo() {
-    adapter("kazoo-pause", "kazoo-no-fencing");
+    let r = adapter("kazoo-pause", "kazoo-no-fencing");
+    // As for Curator: the frozen holder's session end is seen at the service.
+    assert!(
+        n(&r["findings"]["unsafe_window"]["holds"]) >= 1,
+        "kazoo-pause: no hold outlived its session: {}",
+        r["findings"]
+    );
 }
 
 #[test]
