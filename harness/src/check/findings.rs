@@ -7,6 +7,11 @@
 //! - unsafe window: a hold whose session ended while the holder went on; the
 //!   window runs from the end to the holder's last storage operation of that hold
 //!   (as the storage logged it), and counts what the fence did with them.
+//!
+//! A grant's session is the one the service created its entry under, as
+//! observed (`Created`), not the one the worker was told of: an external client
+//! (Curator) may open a session of its own after a loss and be granted under it.
+//! Only when the creation was not observed is the worker's word used.
 
 use std::collections::HashMap;
 
@@ -25,32 +30,68 @@ pub fn check(rec: &Recorded) -> Findings {
         return Findings::default();
     };
     let ended = session_ends(obs);
+    let sessions = entry_sessions(obs);
     Findings {
         observed: true,
         observation_gaps: obs
             .iter()
             .filter(|o| matches!(o, Observation::Gap { .. }))
             .count() as u64,
-        grant_validity: grant_validity(rec, &ended),
-        unsafe_window: unsafe_window(rec, &ended),
+        grant_validity: grant_validity(rec, &ended, &sessions),
+        unsafe_window: unsafe_window(rec, &ended, &sessions),
     }
 }
 
-/// Session → when the service ended it (first observation).
+/// Session → when the service ended it (the earliest observation: they need
+/// not be written in time order).
 fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
-    let mut out = HashMap::new();
+    let mut out: HashMap<i64, u64> = HashMap::new();
     for o in obs {
         if let Observation::SessionEnded {
             time_ns, session, ..
         } = o
         {
-            out.entry(*session).or_insert(*time_ns);
+            let t = out.entry(*session).or_insert(*time_ns);
+            *t = (*t).min(*time_ns);
         }
     }
     out
 }
 
-fn grant_validity(rec: &Recorded, ended: &HashMap<i64, u64>) -> GrantValidity {
+/// (key, grant) → the session the service created the entry under.
+type EntrySessions = HashMap<(String, i64), i64>;
+
+fn entry_sessions(obs: &[Observation]) -> EntrySessions {
+    obs.iter()
+        .filter_map(|o| match o {
+            Observation::Created {
+                key,
+                grant,
+                session,
+                ..
+            } if *session != 0 => Some(((key.clone(), *grant), *session)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The session a grant is judged by: its entry's, as observed, else `told`.
+fn session_of(
+    sessions: &EntrySessions,
+    key: Option<&String>,
+    grant: Option<i64>,
+    told: Option<i64>,
+) -> Option<i64> {
+    key.zip(grant)
+        .and_then(|(k, g)| sessions.get(&(k.clone(), g)).copied())
+        .or(told)
+}
+
+fn grant_validity(
+    rec: &Recorded,
+    ended: &HashMap<i64, u64>,
+    sessions: &EntrySessions,
+) -> GrantValidity {
     let mut g = GrantValidity::default();
     for e in rec.events.iter().filter(|e| e.f == F::Acquire) {
         let told = match e.kind {
@@ -58,7 +99,8 @@ fn grant_validity(rec: &Recorded, ended: &HashMap<i64, u64>) -> GrantValidity {
             EventType::Fail if told_granted(e) => true,
             _ => continue,
         };
-        let (Some(worker), Some(session)) = (e.process.worker(), e.session) else {
+        let session = session_of(sessions, e.key.as_ref(), e.grant, e.session);
+        let (Some(worker), Some(session)) = (e.process.worker(), session) else {
             continue;
         };
         g.grants += 1;
@@ -95,10 +137,16 @@ fn told_granted(e: &crate::history::Event) -> bool {
         .is_some_and(|d| d.get("told_granted").is_some())
 }
 
-fn unsafe_window(rec: &Recorded, ended: &HashMap<i64, u64>) -> UnsafeWindow {
+fn unsafe_window(
+    rec: &Recorded,
+    ended: &HashMap<i64, u64>,
+    sessions: &EntrySessions,
+) -> UnsafeWindow {
     let mut w = UnsafeWindow::default();
     for h in super::mutex::holds(rec) {
-        let Some(session) = h.lease else { continue };
+        let Some(session) = session_of(sessions, Some(&h.key), h.revision, h.lease) else {
+            continue;
+        };
         let Some(&end) = ended.get(&session) else {
             continue;
         };
@@ -237,6 +285,46 @@ mod tests {
         assert_eq!((u.reads, u.writes_refused, u.writes_accepted), (1, 1, 0));
         assert_eq!(u.last_op_ns, 180);
         assert!((u.window_ms - 80e-6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_grant_is_judged_by_the_session_its_entry_was_created_under() {
+        // Worker 0 was told of session 1; the client was granted entry 5 under a
+        // session 3 it opened itself. Session 3 ends at 100, session 1 never.
+        let events = vec![
+            ev(10, 0, EventType::Invoke, F::Acquire, 1, None),
+            ev(20, 0, EventType::Ok, F::Acquire, 1, Some(5)),
+            ev(200, 0, EventType::Invoke, F::Release, 1, Some(5)),
+        ];
+        let storage = vec![op(150, 0, 5, OpKind::Write, Verdict::RejectedStale)];
+        let mut rec = Recorded::new(events, storage);
+        rec.observations = Some(vec![
+            Observation::Created {
+                time_ns: 15,
+                key: "k0".into(),
+                grant: 5,
+                session: 3,
+                id: "/fencecheck/locks/k0/_c_x-lock-0000000000".into(),
+                value: None,
+            },
+            // Written out of time order (the end is stamped when the deletion
+            // was seen, the line once the leader answered): the earliest counts.
+            Observation::SessionEnded {
+                time_ns: 120,
+                session: 3,
+                worker: Some(0),
+            },
+            Observation::SessionEnded {
+                time_ns: 100,
+                session: 3,
+                worker: Some(0),
+            },
+        ]);
+        let f = check(&rec);
+        assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
+        let u = &f.unsafe_window.windows[0];
+        assert_eq!((u.session, u.session_ended_ns), (3, 100));
+        assert_eq!(u.writes_refused, 1);
     }
 
     #[test]

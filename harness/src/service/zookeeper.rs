@@ -136,13 +136,14 @@ impl ZkDeploy {
 /// leader after 2 s (the faults kill and cut off leaders; the default 5 ticks would
 /// outlive a 2 s session twice over before an election even starts); the admin
 /// server (its port 8080 would clash between members) and reconfig are off; the
-/// four-letter words the harness uses are allowed.
+/// four-letter words the harness uses are allowed (`dump`: which sessions the
+/// leader still tracks, see `session_alive`).
 pub(crate) fn base_config(data_dir: &str, client_ip: &str, client_port: u16) -> String {
     format!(
         "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={data_dir}\n\
          clientPortAddress={client_ip}\nclientPort={client_port}\nmaxClientCnxns=0\n\
          admin.enableServer=false\nreconfigEnabled=false\n\
-         4lw.commands.whitelist=srvr,ruok,mntr,stat\n"
+         4lw.commands.whitelist=srvr,ruok,mntr,stat,dump\n"
     )
 }
 
@@ -308,6 +309,16 @@ impl ZkService {
 
     /// session → (worker, pid), from the owner nodes.
     async fn owners(&self, c: &zk::Client) -> Result<BTreeMap<i64, (u32, u32)>> {
+        Ok(self
+            .owner_nodes(c)
+            .await?
+            .into_iter()
+            .map(|(s, o)| (s, (o.worker, o.pid)))
+            .collect())
+    }
+
+    /// session → its owner node.
+    async fn owner_nodes(&self, c: &zk::Client) -> Result<BTreeMap<i64, OwnerNode>> {
         let mut out = BTreeMap::new();
         let names = match c.list_children(OWNERS).await {
             Err(zk::Error::NoNode) => return Ok(out),
@@ -318,9 +329,17 @@ impl ZkService {
                 continue;
             };
             match c.get_data(&format!("{OWNERS}/{name}")).await {
-                Ok((data, _)) => {
-                    if let Some(o) = parse_owner(&data) {
-                        out.insert(session, o);
+                Ok((data, stat)) => {
+                    if let Some((worker, pid)) = parse_owner(&data) {
+                        let ephemeral = stat.ephemeral_owner != 0;
+                        out.insert(
+                            session,
+                            OwnerNode {
+                                worker,
+                                pid,
+                                ephemeral,
+                            },
+                        );
                     }
                 }
                 Err(zk::Error::NoNode) => {}
@@ -352,6 +371,58 @@ impl ZkService {
         }
         Ok(out)
     }
+}
+
+/// An owner node: its worker, and whether it is ephemeral (a built-in client's,
+/// on the session it names: its deletion is that session's end) or persistent
+/// (an external client's, written by the worker: it says nothing of the session).
+#[derive(Debug, Clone, Copy)]
+struct OwnerNode {
+    worker: u32,
+    pid: u32,
+    ephemeral: bool,
+}
+
+/// Whether the ensemble still has `session`, from the leader's own session
+/// tracker: `dump` on the leader (or a standalone member) lists every session it
+/// tracks, expiring or not (local sessions are off). Errors when no member
+/// answers as leader.
+async fn session_alive(clients: &[SocketAddr], session: i64) -> Result<bool> {
+    for a in clients {
+        let Ok(ans) = four_letter(*a, "srvr").await else {
+            continue;
+        };
+        if !matches!(mode(&ans), Some("leader" | "standalone")) {
+            continue;
+        }
+        let dump = four_letter(*a, "dump").await?;
+        return tracked_sessions(&dump)
+            .map(|ids| ids.contains(&session))
+            .with_context(|| format!("{a}: not a `dump` answer: {dump:?}"));
+    }
+    bail!("no ZooKeeper member answers as leader")
+}
+
+/// The session ids of a `dump` answer's tracker part:
+///
+/// ```text
+/// SessionTracker dump:
+/// Session Sets (1)/(1):
+/// 1 expire at Tue Dec 01 05:14:06 UTC 2026:
+///     0x100004094fe0000
+/// ephemeral nodes dump:
+/// ```
+fn tracked_sessions(dump: &str) -> Option<Vec<i64>> {
+    let (_, rest) = dump.split_once("SessionTracker dump:")?;
+    let (tracker, _) = rest.split_once("ephemeral nodes dump:")?;
+    Some(
+        tracker
+            .split_whitespace()
+            .filter_map(|t| t.strip_prefix("0x"))
+            .filter_map(|h| u64::from_str_radix(h, 16).ok())
+            .map(|s| s as i64)
+            .collect(),
+    )
 }
 
 /// A lock node as the harness saw it.
@@ -505,6 +576,23 @@ impl LockService for ZkService {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tracked_sessions_reads_only_the_tracker_part() {
+        let dump = "SessionTracker dump:\nSession Sets (2)/(2):\n\
+                    1 expire at Tue Dec 01 05:14:06 UTC 2026:\n\t0x100004094fe0000\n\
+                    1 expire at Tue Dec 01 05:14:08 UTC 2026:\n\t0xfe\n\
+                    ephemeral nodes dump:\nSessions with Ephemerals (1):\n\
+                    0x7:\n\t/e\nConnections dump:\n\tip: /127.0.0.1:1 sessionId: 0x9\n";
+        assert_eq!(
+            super::tracked_sessions(dump),
+            Some(vec![0x100004094fe0000, 0xfe])
+        );
+        assert_eq!(
+            super::tracked_sessions("This ZooKeeper instance is not currently serving"),
+            None
+        );
+    }
+
     #[test]
     fn sequence_reads_every_recipe() {
         assert_eq!(super::sequence("_c_0f3e-9a-lock-0000000042"), Some(42));

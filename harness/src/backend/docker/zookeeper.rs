@@ -158,7 +158,7 @@ mod tests {
             "clientPort=2181",
             "admin.enableServer=false",
             "reconfigEnabled=false",
-            "4lw.commands.whitelist=srvr,ruok,mntr,stat",
+            "4lw.commands.whitelist=srvr,ruok,mntr,stat,dump",
             "quorumListenOnAllIPs=true",
             "server.1=fencecheck-fc1-m0:2888:3888",
             "server.3=fencecheck-fc1-m2:2888:3888",

@@ -11,7 +11,9 @@
 //! - ZooKeeper: a persistent `/fencecheck/owners/<session hex>` (an ephemeral node
 //!   can only belong to the worker's own session, not the client's); the worker
 //!   deletes it when it closes. A session id is never reused, so a stale one
-//!   names nobody's lock.
+//!   names nobody's lock. After each grant the worker reads the granted node's
+//!   ephemeralOwner and names that session's owner too: Curator opens a session
+//!   of its own after a loss and may be granted under it, unannounced.
 //! - Redis and Redlock: the owner value the worker hands the client in `acquire`
 //!   (`<worker>:<pid>:<session>:<nonce>`), which the library stores as the lock's
 //!   value — nothing to write.
@@ -37,6 +39,7 @@ pub enum Owners {
     Zookeeper {
         client: Option<zk::Client>,
         cluster: String,
+        /// The owner nodes written (one per session).
         nodes: Vec<String>,
     },
     /// Redis, Redlock: carried in the lock's value.
@@ -76,51 +79,84 @@ impl Owners {
         }
         match self {
             Owners::Etcd { .. } => self.etcd_lease(worker, session).await,
-            Owners::Zookeeper {
-                client,
-                cluster,
-                nodes,
-            } => {
-                let c = match client {
-                    Some(c) => c.clone(),
-                    None => {
-                        let connect = zk::Client::connector()
-                            .with_session_timeout(Duration::from_secs(10))
-                            .connect(cluster);
-                        let c = tokio::time::timeout(CALL, connect)
-                            .await
-                            .context("ZooKeeper (owner node): no member answered")??;
-                        *client = Some(c.clone());
-                        c
-                    }
-                };
-                let path = zkl::owner_path(session);
-                let text = owner_text(worker);
-                let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                let made = async {
-                    c.mkdir(zkl::OWNERS, &opts).await?;
-                    match c.create(&path, text.as_bytes(), &opts).await {
-                        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                };
-                tokio::time::timeout(CALL, made)
-                    .await
-                    .context("creating the owner node timed out")?
-                    .context("creating the owner node")?;
-                nodes.push(path);
-                Ok(())
-            }
+            Owners::Zookeeper { .. } => self.zk_session(worker, session).await,
             Owners::InValue => Ok(()),
         }
     }
 
-    /// After a grant: etcd reads the entry's lease (a library may take a lease
-    /// per lock) and names its owner if not done yet; returns the lease.
+    /// After a grant: reads the entry's lease or session from the service (etcd:
+    /// a library may take a lease per lock; ZooKeeper: Curator may be on a
+    /// session it opened itself) and names its owner if not done yet; returns
+    /// it.
     pub async fn granted(&mut self, worker: u32, entry: &str) -> Result<Option<i64>> {
-        let Owners::Etcd { .. } = self else {
-            return Ok(None);
+        match self {
+            Owners::Etcd { .. } => self.etcd_granted(worker, entry).await,
+            Owners::Zookeeper { .. } => {
+                let c = self.zk().await?;
+                let stat = tokio::time::timeout(CALL, c.check_stat(entry))
+                    .await
+                    .context("reading the granted node timed out")?
+                    .context("reading the granted node")?;
+                // Gone already (its session ended): nobody's to name.
+                let Some(session) = stat.map(|s| s.ephemeral_owner).filter(|&s| s != 0) else {
+                    return Ok(None);
+                };
+                self.zk_session(worker, session).await?;
+                Ok(Some(session))
+            }
+            Owners::InValue => Ok(None),
+        }
+    }
+
+    async fn zk(&mut self) -> Result<zk::Client> {
+        let Owners::Zookeeper {
+            client, cluster, ..
+        } = self
+        else {
+            anyhow::bail!("not ZooKeeper");
         };
+        if let Some(c) = client.as_ref().filter(|c| !c.state().is_terminated()) {
+            return Ok(c.clone());
+        }
+        let connect = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(cluster);
+        let c = tokio::time::timeout(CALL, connect)
+            .await
+            .context("ZooKeeper (owner node): no member answered")??;
+        *client = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The persistent owner node of `session`, once.
+    async fn zk_session(&mut self, worker: u32, session: i64) -> Result<()> {
+        let path = zkl::owner_path(session);
+        if let Owners::Zookeeper { nodes, .. } = self {
+            if nodes.contains(&path) {
+                return Ok(());
+            }
+        }
+        let c = self.zk().await?;
+        let text = owner_text(worker);
+        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let made = async {
+            c.mkdir(zkl::OWNERS, &opts).await?;
+            match c.create(&path, text.as_bytes(), &opts).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        tokio::time::timeout(CALL, made)
+            .await
+            .context("creating the owner node timed out")?
+            .context("creating the owner node")?;
+        if let Owners::Zookeeper { nodes, .. } = self {
+            nodes.push(path);
+        }
+        Ok(())
+    }
+
+    async fn etcd_granted(&mut self, worker: u32, entry: &str) -> Result<Option<i64>> {
         let mut c = self.etcd().await?;
         let resp = tokio::time::timeout(CALL, c.get(entry, None))
             .await

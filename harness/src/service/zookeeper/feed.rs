@@ -4,6 +4,14 @@
 //! what was read when it appeared. A deleted owner node is a session's end: the
 //! ensemble deletes a session's ephemerals when it expires or is closed.
 //!
+//! An external client's session has no such node: its owner node is persistent,
+//! written by the worker (`lock::external::owner`), and says nothing of the
+//! session. Its end is read from the ensemble instead: when one of its lock
+//! nodes (or its owner node) is deleted, the leader's session tracker (`dump`)
+//! is asked whether the session is still there; if not, it ended, stamped when
+//! the deletion was seen (the ensemble deletes a session's ephemerals as it
+//! closes it). A deletion by a live session (a release) leaves it listed.
+//!
 //! A persistent watch is not replayed across a reconnect (ZOOKEEPER-4698): what
 //! happens while the harness's session is disconnected (a member killed, an
 //! election) is unseen. So a disconnect is recorded as a `Gap`, and on reconnect
@@ -11,13 +19,14 @@
 //! deletions it missed, stamped when it noticed them). A session that ends (the
 //! harness's own) is replaced by a new one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 
-use super::{split_lock_path, LockNode, ZkService, CALL};
+use super::{session_alive, split_lock_path, LockNode, OwnerNode, ZkService, CALL};
 use crate::history::monotonic_ns;
 use crate::lock::zookeeper::{owner_session, parse_owner, LOCKS, OWNERS};
 use crate::service::observe::{Observation, ObservationWriter};
@@ -29,7 +38,110 @@ const ROOT: &str = "/fencecheck";
 struct Known {
     locks: BTreeMap<String, LockNode>,
     /// session → its worker, from the owner node's data.
-    owners: BTreeMap<i64, Option<u32>>,
+    owners: BTreeMap<i64, Owner>,
+    /// session → its worker, kept after the owner node goes: a worker deletes
+    /// its persistent ones when it closes, maybe before the session ends.
+    workers: BTreeMap<i64, u32>,
+    /// Sessions whose ephemeral owner node went: their end is recorded (their
+    /// lock nodes' deletions may come after it).
+    ended: BTreeSet<i64>,
+}
+
+impl Known {
+    fn set_owners(&mut self, owners: impl IntoIterator<Item = (i64, Owner)>) {
+        self.owners = owners.into_iter().collect();
+        for (s, o) in &self.owners {
+            if let Some(w) = o.worker {
+                self.workers.insert(*s, w);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Owner {
+    worker: Option<u32>,
+    /// The node is on the session it names: its deletion is the session's end.
+    ephemeral: bool,
+}
+
+impl From<OwnerNode> for Owner {
+    fn from(o: OwnerNode) -> Owner {
+        Owner {
+            worker: Some(o.worker),
+            ephemeral: o.ephemeral,
+        }
+    }
+}
+
+/// A deletion that may mean its session ended: asked of the leader.
+struct Ask {
+    session: i64,
+    worker: Option<u32>,
+    seen_ns: u64,
+}
+
+/// Where the observer sends the deletions of sessions without an ephemeral owner
+/// node (see the module's comment).
+#[derive(Clone)]
+struct Asks(mpsc::UnboundedSender<Ask>);
+
+impl Asks {
+    fn after_deletion(&self, known: &Known, session: i64, seen_ns: u64) {
+        if session == 0 {
+            return;
+        }
+        let owner = known.owners.get(&session);
+        if owner.is_some_and(|o| o.ephemeral) || known.ended.contains(&session) {
+            return;
+        }
+        let _ = self.0.send(Ask {
+            session,
+            worker: known.workers.get(&session).copied(),
+            seen_ns,
+        });
+    }
+}
+
+/// Asks the leader, one deletion after the other (in order, off the watch loop
+/// so the feed's stamps are not held up), and records each session's end once.
+async fn ask_leader(
+    clients: Vec<SocketAddr>,
+    out: ObservationWriter,
+    mut rx: mpsc::UnboundedReceiver<Ask>,
+) {
+    let mut ended = BTreeSet::new();
+    while let Some(a) = rx.recv().await {
+        if ended.contains(&a.session) {
+            continue;
+        }
+        // An election may be under way: try for a few seconds. The watch
+        // notification of a closing session's deletions goes out just before the
+        // leader drops the session from its tracker, several round trips before
+        // this question arrives.
+        let deadline = tokio::time::Instant::now() + CALL;
+        let alive = loop {
+            match session_alive(&clients, a.session).await {
+                Ok(alive) => break Some(alive),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    tracing::warn!(
+                        "cannot tell whether session {:#x} ended: {e:#}",
+                        a.session as u64
+                    );
+                    break None;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+        };
+        if alive == Some(false) {
+            ended.insert(a.session);
+            out.write(&Observation::SessionEnded {
+                time_ns: a.seen_ns,
+                session: a.session,
+                worker: a.worker,
+            });
+        }
+    }
 }
 
 fn gap(out: &ObservationWriter, error: String) {
@@ -79,7 +191,23 @@ async fn pause(stop: &mut watch::Receiver<bool>) {
 pub(super) async fn observe(
     svc: &ZkService,
     out: ObservationWriter,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let asker = tokio::spawn(ask_leader(svc.clients.clone(), out.clone(), rx));
+    let res = watch_tree(svc, &out, stop, Asks(tx)).await;
+    // The sender is gone: the asker answers what is queued, then ends.
+    if tokio::time::timeout(CALL * 2, asker).await.is_err() {
+        tracing::warn!("the last session-end questions to the leader went unanswered");
+    }
+    res
+}
+
+async fn watch_tree(
+    svc: &ZkService,
+    out: &ObservationWriter,
     mut stop: watch::Receiver<bool>,
+    asks: Asks,
 ) -> Result<()> {
     let mut known = Known::default();
     while !*stop.borrow() {
@@ -101,20 +229,20 @@ pub(super) async fn observe(
         let (c, mut w) = match started {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
-                gap(&out, format!("watch: {e:#}"));
+                gap(out, format!("watch: {e:#}"));
                 pause(&mut stop).await;
                 continue;
             }
             Err(_) => {
-                gap(&out, "watch: no answer".into());
+                gap(out, "watch: no answer".into());
                 pause(&mut stop).await;
                 continue;
             }
         };
         // Events from here on are seen; reconcile what happened before. Until
         // that succeeds what was missed is unknown: start over.
-        if let Err(e) = reconcile(svc, &c, &mut known, &out).await {
-            gap(&out, format!("reading the tree: {e:#}"));
+        if let Err(e) = reconcile(svc, &c, &mut known, out, &asks).await {
+            gap(out, format!("reading the tree: {e:#}"));
             pause(&mut stop).await;
             continue;
         }
@@ -140,21 +268,21 @@ pub(super) async fn observe(
                     zk::SessionState::SyncConnected => break,
                     s if s.is_terminated() => {
                         // No more events on this watcher (the crate would panic).
-                        gap(&out, format!("observer session {s}"));
+                        gap(out, format!("observer session {s}"));
                         break;
                     }
                     s => {
                         if !disconnected {
                             gap(
-                                &out,
+                                out,
                                 format!("observer {s}: events until reconnect are unseen"),
                             );
                         }
                         disconnected = true;
                     }
                 },
-                zk::EventType::NodeCreated => on_created(&c, &ev.path, &mut known, &out).await,
-                zk::EventType::NodeDeleted => on_deleted(&ev.path, &mut known, &out),
+                zk::EventType::NodeCreated => on_created(&c, &ev.path, &mut known, out).await,
+                zk::EventType::NodeDeleted => on_deleted(&ev.path, &mut known, out, &asks),
                 _ => {}
             }
         }
@@ -175,21 +303,47 @@ async fn on_created(c: &zk::Client, path: &str, known: &mut Known, out: &Observa
             known.locks.insert(path.to_string(), n);
         }
     } else if let Some(session) = owner_of(path) {
-        let worker = match tokio::time::timeout(CALL, c.get_data(path)).await {
-            Ok(Ok((data, _))) => parse_owner(&data).map(|(w, _)| w),
-            _ => None,
+        // Gone again already: as before this distinction was drawn, its
+        // deletion will be taken for the session's end.
+        let owner = match tokio::time::timeout(CALL, c.get_data(path)).await {
+            Ok(Ok((data, stat))) => Owner {
+                worker: parse_owner(&data).map(|(w, _)| w),
+                ephemeral: stat.ephemeral_owner != 0,
+            },
+            _ => Owner {
+                worker: None,
+                ephemeral: true,
+            },
         };
-        known.owners.insert(session, worker);
+        if let Some(w) = owner.worker {
+            known.workers.insert(session, w);
+        }
+        known.owners.insert(session, owner);
     }
 }
 
-fn on_deleted(path: &str, known: &mut Known, out: &ObservationWriter) {
+fn on_deleted(path: &str, known: &mut Known, out: &ObservationWriter, asks: &Asks) {
     if let Some(n) = known.locks.remove(path) {
         deleted(out, path, &n);
+        asks.after_deletion(known, n.session, monotonic_ns());
     } else if let Some(session) = owner_of(path) {
-        let worker = known.owners.remove(&session).flatten();
-        session_ended(out, session, worker);
+        owner_deleted(known, session, out, asks);
     }
+}
+
+/// An ephemeral owner node goes with its session; a persistent one is the
+/// worker's doing, and the leader is asked.
+fn owner_deleted(known: &mut Known, session: i64, out: &ObservationWriter, asks: &Asks) {
+    match known.owners.get(&session).copied() {
+        Some(o) if !o.ephemeral => {
+            asks.after_deletion(known, session, monotonic_ns());
+        }
+        o => {
+            session_ended(out, session, o.and_then(|o| o.worker));
+            known.ended.insert(session);
+        }
+    }
+    known.owners.remove(&session);
 }
 
 /// Reads the whole tree and reports what changed since `known`.
@@ -198,10 +352,11 @@ async fn reconcile(
     c: &zk::Client,
     known: &mut Known,
     out: &ObservationWriter,
+    asks: &Asks,
 ) -> Result<()> {
     let read = async {
         let locks = svc.lock_nodes(c).await?;
-        let owners = svc.owners(c).await?;
+        let owners = svc.owner_nodes(c).await?;
         Ok::<_, anyhow::Error>((locks, owners))
     };
     let (locks, owners) = tokio::time::timeout(CALL, read)
@@ -210,6 +365,7 @@ async fn reconcile(
     for (path, n) in &known.locks {
         if !locks.contains_key(path) {
             deleted(out, path, n);
+            asks.after_deletion(known, n.session, monotonic_ns());
         }
     }
     for (path, n) in &locks {
@@ -217,12 +373,16 @@ async fn reconcile(
             created(out, path, n);
         }
     }
-    for (session, worker) in &known.owners {
-        if !owners.contains_key(session) {
-            session_ended(out, *session, *worker);
-        }
+    let gone: Vec<i64> = known
+        .owners
+        .keys()
+        .filter(|s| !owners.contains_key(s))
+        .copied()
+        .collect();
+    for session in gone {
+        owner_deleted(known, session, out, asks);
     }
     known.locks = locks;
-    known.owners = owners.into_iter().map(|(s, (w, _))| (s, Some(w))).collect();
+    known.set_owners(owners.into_iter().map(|(s, o)| (s, o.into())));
     Ok(())
 }
