@@ -21,6 +21,21 @@ pub struct Child {
     pid: u32,
 }
 
+/// Makes `cmd`'s child get SIGKILL when the thread that spawned it dies
+/// (`PR_SET_PDEATHSIG`), so even a SIGKILLed parent leaves no child behind.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches only the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Spawns `cmd` with stdout and stderr appended to `log`.
 pub fn spawn(name: &str, mut cmd: std::process::Command, log: &Path) -> Result<Child> {
     let out = File::options()
@@ -33,16 +48,8 @@ pub fn spawn(name: &str, mut cmd: std::process::Command, log: &Path) -> Result<C
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
-        // SAFETY: prctl is async-signal-safe and touches only the child's own state.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
     }
+    die_with_parent(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let inner = cmd

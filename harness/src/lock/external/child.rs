@@ -67,18 +67,9 @@ pub fn spawn(ext: &ExternalConfig, worker: u32, lost: LostSlot) -> Result<Proc, 
     if let Some(dir) = ext.log.parent() {
         cmd.current_dir(dir);
     }
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe and touches only the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    // In the worker's process group (no process_group call): a pause of the
+    // worker's group freezes its client too.
+    crate::proc::die_with_parent(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let mut child = cmd
