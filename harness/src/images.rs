@@ -281,6 +281,26 @@ fn add_file(files: &mut BTreeMap<String, (u32, Vec<u8>)>, at: &Path, from: &Path
     Ok(())
 }
 
+/// The entries of `dir` in name order, each with its name and metadata (symlinks
+/// followed; a dangling one — e.g. to a package that is not installed — left out),
+/// for the images that copy a whole directory tree.
+fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("cannot list {}", dir.display()))?;
+    paths.sort();
+    Ok(paths
+        .into_iter()
+        .filter_map(|p| {
+            let meta = std::fs::metadata(&p).ok()?;
+            let name = p.file_name()?.to_string_lossy().to_string();
+            Some((p, name, meta))
+        })
+        .collect())
+}
+
 /// The ELF interpreter and libraries a dynamic binary needs, as `ldd` lists them
 /// (empty for a static binary). Paths as the binary asks for them; their contents are
 /// read through any symlink.

@@ -25,7 +25,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::{add_file, shared_libraries, BuildContext, POSTGRES_DOCKERFILE};
+use super::{add_file, shared_libraries, sorted_entries, BuildContext, POSTGRES_DOCKERFILE};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PKGLIB: &str = "/usr/lib/postgresql/15/lib";
@@ -148,21 +148,7 @@ pub(super) fn context() -> Result<BuildContext> {
 /// Every file under `dir` at its own path (symlinks followed; directories named in
 /// `skip` left out).
 fn add_tree(files: &mut BTreeMap<String, (u32, Vec<u8>)>, dir: &Path, skip: &[&str]) -> Result<()> {
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()
-        .with_context(|| format!("cannot list {}", dir.display()))?;
-    paths.sort();
-    for p in paths {
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .to_string();
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
+    for (p, name, meta) in sorted_entries(dir)? {
         if meta.is_dir() {
             if !skip.contains(&name.as_str()) {
                 add_tree(files, &p, skip)?;

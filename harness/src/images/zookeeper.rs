@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{add_file, shared_libraries_but, BuildContext, ZOOKEEPER_DOCKERFILE};
+use super::{add_file, shared_libraries_but, sorted_entries, BuildContext, ZOOKEEPER_DOCKERFILE};
 
 /// Native libraries of the desktop modules (java.desktop, java.smartcardio,
 /// jdk.accessibility): never loaded by a server without a display.
@@ -94,25 +94,10 @@ fn add_tree(
     dir: &Path,
     natives: &mut Vec<PathBuf>,
 ) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    let mut paths: Vec<PathBuf> = entries
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()
-        .with_context(|| format!("cannot list {}", dir.display()))?;
-    paths.sort();
-    for p in paths {
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+    for (p, name, meta) in sorted_entries(dir)? {
         if DESKTOP_NATIVES.contains(&name.as_str()) || TOOL_FILES.contains(&name.as_str()) {
             continue;
         }
-        // A dangling symlink (e.g. to a package that is not installed) is skipped.
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
         if meta.is_dir() {
             add_tree(files, &p, natives)?;
         } else if meta.is_file() {
