@@ -278,6 +278,7 @@ impl Worker {
                         session,
                         id,
                         counter: None,
+                        external: None,
                     };
                     self.release(key, &g, None).await?;
                 }
@@ -291,13 +292,8 @@ impl Worker {
         let session = g.session;
         let mut ok = self.lock_event(EventType::Ok, F::Acquire, key, session);
         // An external client's token is its own answer's (`[client] token`).
-        let token = match self.lock.grant_detail() {
-            Some(d) => {
-                ok.detail = Some(d.detail);
-                d.token
-            }
-            None => g.token(self.cfg.token),
-        };
+        ok.detail = g.external.as_ref().map(|d| d.detail.clone());
+        let token = g.token(self.cfg.token);
         ok.grant = Some(g.grant);
         ok.token = token;
         record(&self.log, &ok)?;

@@ -184,6 +184,7 @@ impl LockClient for EtcdClient {
                 session: lease,
                 id,
                 counter: None,
+                external: None,
             });
         }
         // The grant is the lock key's CreateRevision; a missing key means the lock
@@ -196,6 +197,7 @@ impl LockClient for EtcdClient {
                     session: lease,
                     id,
                     counter: None,
+                    external: None,
                 }),
                 None => Acquire::Failed {
                     error: "lock key gone right after Lock: the lease had expired".into(),

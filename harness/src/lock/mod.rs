@@ -105,11 +105,17 @@ pub struct Granted {
     /// A counter the service handed out with the grant, apart from its order
     /// (Redis: `INCR` in the acquire script), for `token = "counter"`.
     pub counter: Option<i64>,
+    /// An external client's answer (`[client]`): its token, which the worker
+    /// sends whatever `mode`, and what `check::resolve` matches.
+    pub external: Option<GrantDetail>,
 }
 
 impl Granted {
     /// The fencing token the scenario says the client sends.
     pub fn token(&self, mode: TokenMode) -> Option<i64> {
+        if let Some(d) = &self.external {
+            return d.token;
+        }
         match mode {
             TokenMode::Grant => Some(self.grant),
             TokenMode::Session => Some(self.session),
@@ -123,7 +129,7 @@ impl Granted {
 }
 
 /// An external client's grant as it answered it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantDetail {
     /// The token the worker sends to the storage (`[client] token`, made an integer).
     pub token: Option<i64>,
@@ -175,11 +181,6 @@ pub trait LockClient: Send {
     /// clients): recorded as unknown, not fatal.
     fn take_notices(&mut self) -> Vec<external::ClientError> {
         Vec::new()
-    }
-    /// What the last grant's answer said beyond the grant itself (external
-    /// clients: the token to send, the raw token, the entry).
-    fn grant_detail(&self) -> Option<GrantDetail> {
-        None
     }
 }
 

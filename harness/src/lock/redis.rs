@@ -332,6 +332,7 @@ impl RedisClient {
                         session: self.session,
                         id: owner.to_string(),
                         counter: Some(t),
+                        external: None,
                     });
                 }
                 // Held by another: poll again soon, with jitter so waiters spread.
@@ -447,6 +448,7 @@ impl LockClient for RedisClient {
                     session: self.session,
                     id,
                     counter: first,
+                    external: None,
                 });
             }
             if granted > 0 {

@@ -225,6 +225,7 @@ impl LockClient for ZkClient {
                 session,
                 id,
                 counter: None,
+                external: None,
             }),
             Ok(Ok(None)) => {
                 self.held.remove(&id);

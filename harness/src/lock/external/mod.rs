@@ -81,7 +81,6 @@ pub struct ExternalClient {
     lost: LostSlot,
     session: i64,
     owners: owner::Owners,
-    last_grant: Option<super::GrantDetail>,
     pub library: String,
 }
 
@@ -118,7 +117,6 @@ impl ExternalClient {
             lost: Arc::new(Mutex::new(None)),
             session: 0,
             owners: owner::Owners::new(cfg),
-            last_grant: None,
             library: String::new(),
         };
         c.spawn().await;
@@ -328,7 +326,6 @@ impl LockClient for ExternalClient {
 
     async fn acquire(&mut self, name: &str) -> Acquire {
         use crate::scenario::ServiceKind;
-        self.last_grant = None;
         let handle = random_id();
         let lock = match self.cfg.service {
             ServiceKind::Etcd => super::etcd::lock_name(name),
@@ -394,7 +391,7 @@ impl LockClient for ExternalClient {
         } else {
             wire::to_storage(&g.raw_token).ok().flatten()
         };
-        self.last_grant = Some(super::GrantDetail {
+        let external = Some(super::GrantDetail {
             token,
             detail: json!({ "client": {
                 "handle": handle,
@@ -415,6 +412,7 @@ impl LockClient for ExternalClient {
             },
             id: g.entry,
             counter: None,
+            external,
         })
     }
 
@@ -446,9 +444,5 @@ impl LockClient for ExternalClient {
 
     fn take_notices(&mut self) -> Vec<ClientError> {
         std::mem::take(&mut self.notices)
-    }
-
-    fn grant_detail(&self) -> Option<super::GrantDetail> {
-        self.last_grant.clone()
     }
 }
