@@ -21,6 +21,9 @@ fn fixtures_dir() -> PathBuf {
     repo_root().join("harness/tests/fixtures")
 }
 
+/// One key's counter: (key, acknowledged, applied, final value, lost).
+type KeyCounts = (String, u64, u64, i64, u64);
+
 /// What a re-check must reproduce: every check's verdict and counts, every
 /// expectation's outcome, the findings' counts, the faults' outcomes. Examples,
 /// latencies and timings are left out: they follow from the same counts, and a
@@ -36,8 +39,8 @@ struct Verdicts {
     fencing: (Validity, [u64; 7], usize),
     /// valid, holds, overlaps
     mutex: (Validity, u64, u64),
-    /// valid, acknowledged, lost, and per key (key, acknowledged, applied, final, lost)
-    counter: (Validity, u64, u64, Vec<(String, u64, u64, i64, u64)>),
+    /// valid, acknowledged, lost, and per key
+    counter: (Validity, u64, u64, Vec<KeyCounts>),
     /// valid, model, operations
     linearizable: Option<(Validity, String, u64)>,
     /// valid, grants, regressions, repeats, unverified
