@@ -14,17 +14,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::assess;
 use crate::backend::{self, Backend, Deployment};
-use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
 use crate::lock::external::ExternalConfig;
 use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
+use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
+use crate::record::observe::ObservationWriter;
+use crate::record::rundir;
 use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::FencedResource;
-use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
-use crate::service::{self, observe::ObservationWriter, LockService};
+use crate::service::{self, LockService};
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.

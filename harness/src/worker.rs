@@ -33,8 +33,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::lock::{self, Acquire, Behaviour, ClientConfig, Granted, LockClient};
+use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::{fencecheck::HttpStorage, FencedResource};
 use crate::scenario::TokenMode;

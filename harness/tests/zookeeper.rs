@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use faultproxy::Proxy;
 use fencecheck::lock::zookeeper::ZkClient;
 use fencecheck::lock::{Acquire, ClientConfig, Granted, LockClient, Session};
+use fencecheck::record::observe::{Observation, ObservationWriter};
 use fencecheck::scenario::{Scenario, ServiceKind};
-use fencecheck::service::observe::{Observation, ObservationWriter};
 use fencecheck::service::zookeeper::{wait_ready, ZkDeploy, ZkService};
 use fencecheck::service::{LockService, MemberAddrs, PeerPort, ServiceDeploy};
 

@@ -155,7 +155,9 @@ impl ProcessBackend {
                 backend.stop().await;
                 return Err(e.context(format!(
                     "see {}",
-                    run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
+                    run_dir
+                        .join(crate::record::rundir::STORAGE_PROCESS_LOG)
+                        .display()
                 )));
             }
         }
@@ -368,7 +370,7 @@ impl StorageSpec {
             addr.to_string(),
             "--log".into(),
             run_dir
-                .join(crate::rundir::STORAGE_LOG)
+                .join(crate::record::rundir::STORAGE_LOG)
                 .display()
                 .to_string(),
             "--fencing".into(),
@@ -379,7 +381,7 @@ impl StorageSpec {
         Ok(StorageSpec {
             addr,
             args,
-            log: run_dir.join(crate::rundir::STORAGE_PROCESS_LOG),
+            log: run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG),
         })
     }
 

@@ -19,8 +19,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
-use crate::history::{Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
+use crate::record::history::{Event, EventType, EventWriter, Process, F};
 use crate::scenario::FaultKind;
 use crate::service::LockService;
 pub use schedule::{plan, Planned};

@@ -12,12 +12,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 
-use super::observe::{Observation, ObservationWriter};
 use super::{
     Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
 };
-use crate::history::monotonic_ns;
 use crate::lock::etcd::{LOCK_PREFIX, OWNER_PREFIX};
+use crate::record::history::monotonic_ns;
+use crate::record::observe::{Observation, ObservationWriter};
 use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 
 const CALL: Duration = Duration::from_secs(3);
@@ -64,7 +64,7 @@ impl ServiceDeploy for EtcdDeploy {
                     "--name".into(),
                     format!("m{i}"),
                     "--data-dir".into(),
-                    crate::rundir::member_data(run_dir, "etcd", i)
+                    crate::record::rundir::member_data(run_dir, "etcd", i)
                         .display()
                         .to_string(),
                     "--listen-client-urls".into(),
@@ -89,7 +89,7 @@ impl ServiceDeploy for EtcdDeploy {
                     program: self.bin.clone(),
                     args,
                     env: Vec::new(),
-                    log: crate::rundir::member_log(run_dir, "etcd", i),
+                    log: crate::record::rundir::member_log(run_dir, "etcd", i),
                 }
             })
             .collect();

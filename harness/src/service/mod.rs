@@ -6,7 +6,6 @@
 //! refuses the rest before anything starts. Each service sits beside the trait.
 
 pub mod etcd;
-pub mod observe;
 pub mod redis;
 pub mod zookeeper;
 
@@ -227,10 +226,10 @@ pub trait LockService: Send + Sync {
         anyhow::bail!("{} does not tell its clock (member {i})", self.kind())
     }
     /// Records, until `stop` fires, what the service itself says about grants and
-    /// sessions (see [`observe`]): the ground truth for the findings.
+    /// sessions (see [`crate::record::observe`]): the ground truth for the findings.
     async fn observe(
         &self,
-        out: observe::ObservationWriter,
+        out: crate::record::observe::ObservationWriter,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()>;
 }

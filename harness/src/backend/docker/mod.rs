@@ -510,7 +510,7 @@ fn member_log(run_dir: &Path, service: ServiceKind, i: usize) -> std::path::Path
         ServiceKind::Zookeeper => "zk",
         ServiceKind::Redis | ServiceKind::Redlock => "redis",
     };
-    crate::rundir::member_log(run_dir, short, i)
+    crate::record::rundir::member_log(run_dir, short, i)
 }
 
 /// The error of a container that did not come up; what it printed is saved to
