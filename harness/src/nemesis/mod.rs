@@ -22,7 +22,7 @@ use crate::backend::Backend;
 use crate::links::Links;
 use crate::record::history::{Event, EventType, EventWriter, Process, F};
 use crate::scenario::FaultKind;
-use crate::service::LockService;
+use crate::systems::service::LockService;
 pub use schedule::{plan, Planned};
 pub use target::{Resolved, Victim};
 

@@ -398,9 +398,9 @@ pub struct Workload {
     #[serde(default = "defaults::hold")]
     pub hold: DurationRange,
     /// fencecheck's own worker: `careful` (default) or `naive` (Jepsen's 2020
-    /// lock-set client), see `crate::lock::Behaviour`.
+    /// lock-set client), see `crate::systems::client::Behaviour`.
     #[serde(default)]
-    pub behaviour: crate::lock::Behaviour,
+    pub behaviour: crate::systems::client::Behaviour,
 }
 
 impl Default for Workload {

@@ -28,12 +28,12 @@ use zookeeper_client as zk;
 mod feed;
 mod wire;
 
-use super::{
-    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
-};
-use crate::lock::zookeeper::{owner_session, parse_owner, LOCKS, OWNERS};
 use crate::record::observe::ObservationWriter;
 use crate::scenario::{Scenario, ServiceKind};
+use crate::systems::service::{
+    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
+};
+use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
 
 /// Bounds every call the harness makes to the ensemble.
 const CALL: Duration = Duration::from_secs(3);

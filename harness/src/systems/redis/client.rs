@@ -34,8 +34,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 use crate::scenario::{ServiceKind, TokenMode};
+use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// Prefix of every lock key: `fencecheck:lock:<name>`.
 pub const LOCK_PREFIX: &str = "fencecheck:lock:";

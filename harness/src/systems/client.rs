@@ -9,10 +9,7 @@
 //! sends to the storage is derived from it by the scenario's token mode
 //! ([`Granted::token`]); the checkers judge that token against the grant order.
 
-pub mod etcd;
-pub mod external;
-pub mod redis;
-pub mod zookeeper;
+use crate::systems::external;
 
 use std::time::Duration;
 
@@ -182,21 +179,6 @@ pub trait LockClient: Send {
     fn take_notices(&mut self) -> Vec<external::ClientError> {
         Vec::new()
     }
-}
-
-/// Connects the client for `cfg.service`.
-pub async fn connect(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
-    use crate::scenario::ServiceKind;
-    if let Some(ext) = &cfg.external {
-        return Ok(Box::new(external::ExternalClient::start(cfg, ext).await?));
-    }
-    Ok(match cfg.service {
-        ServiceKind::Etcd => Box::new(etcd::EtcdClient::connect(cfg).await?),
-        ServiceKind::Zookeeper => Box::new(zookeeper::ZkClient::connect(cfg).await?),
-        ServiceKind::Redis | ServiceKind::Redlock => {
-            Box::new(redis::RedisClient::connect(cfg).await?)
-        }
-    })
 }
 
 /// Bounds an RPC: every call but `acquire` gives up after this.

@@ -25,12 +25,12 @@ use tokio::sync::Mutex;
 
 mod feed;
 
-use super::{
-    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
-};
-use crate::lock::redis::{self as proto, Owner, EVENTS, LOCK_PREFIX};
 use crate::record::observe::ObservationWriter;
 use crate::scenario::{Persistence, Scenario, ServiceKind};
+use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::service::{
+    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
+};
 
 /// Bounds every call the harness makes to an instance.
 const CALL: Duration = Duration::from_secs(2);
@@ -40,7 +40,7 @@ pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
 
 /// clockshim, as `ci/bootstrap.sh` builds it into the cache.
 pub fn clockshim_path() -> PathBuf {
-    crate::etcd::cache_dir()
+    crate::systems::etcd::provision::cache_dir()
         .join("clockshim")
         .join("libclockshim.so")
 }
