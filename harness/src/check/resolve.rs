@@ -25,8 +25,7 @@ use std::collections::HashMap;
 use crate::record::history::{Event, EventType, F};
 
 use super::Recorded;
-use crate::record::observe::Observation;
-use crate::systems::redis::client::Owner;
+use crate::record::observe::{Observation, OwnerValue as Owner};
 
 /// Rewrites grants and revisions; returns the problem lines.
 pub fn resolve(rec: &mut Recorded) -> Vec<String> {

@@ -45,36 +45,7 @@ pub struct ClientConfig {
     pub external: Option<external::ExternalConfig>,
 }
 
-/// How a worker treats what its lock client tells it: a scenario choice, so the
-/// same faults can be run against a client that checks and one that trusts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Behaviour {
-    /// fencecheck's own client: checks every grant against the service (etcd: the
-    /// lock key still exists after `Lock`), aborts a call to a member that stopped
-    /// answering, and opens a new session as soon as the old one is lost.
-    #[default]
-    Careful,
-    /// Jepsen's 2020 lock-set client: trusts every grant the service answers,
-    /// ignores session loss, keeps writing until its hold ends, and opens a new
-    /// session only once an acquisition fails.
-    Naive,
-}
-
-impl Behaviour {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Behaviour::Careful => "careful",
-            Behaviour::Naive => "naive",
-        }
-    }
-}
-
-impl std::fmt::Display for Behaviour {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::scenario::Behaviour;
 
 fn no_token() -> TokenMode {
     TokenMode::None
