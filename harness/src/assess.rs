@@ -12,11 +12,11 @@ use fencecheck_reports::{
 use fencecheck_storage::LogRecord;
 
 use crate::check::{self, Recorded};
-use crate::history::{self, Event, EventType, F};
+use crate::record::history::{self, Event, EventType, F};
 use crate::scenario::Scenario;
 
-use crate::rundir::{HISTORY, RUN_INFO, SCENARIO, SERVICE_OBSERVATIONS, STORAGE_LOG};
-use crate::service::observe::Observation;
+use crate::record::observe::Observation;
+use crate::record::rundir::{HISTORY, RUN_INFO, SCENARIO, SERVICE_OBSERVATIONS, STORAGE_LOG};
 
 /// The per-process event files of a run (`worker-*.jsonl`, `nemesis.jsonl`).
 pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
@@ -25,7 +25,7 @@ pub fn event_files(run_dir: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            crate::rundir::is_event_file(name)
+            crate::record::rundir::is_event_file(name)
         })
         .collect();
     out.sort();

@@ -31,12 +31,10 @@ use sha2::{Digest, Sha256};
 use testcontainers::bollard::query_parameters::BuildImageOptionsBuilder;
 use testcontainers::bollard::Docker;
 
-use crate::etcd;
 use crate::scenario::EtcdVersion;
+use crate::systems::etcd::provision as etcd;
 
 mod postgres;
-mod redis;
-mod zookeeper;
 
 pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
@@ -64,9 +62,9 @@ pub struct Image {
 }
 
 /// A build context: Dockerfile plus files (context path → (mode, bytes)).
-struct BuildContext {
-    dockerfile: &'static str,
-    files: BTreeMap<String, (u32, Vec<u8>)>,
+pub(crate) struct BuildContext {
+    pub(crate) dockerfile: &'static str,
+    pub(crate) files: BTreeMap<String, (u32, Vec<u8>)>,
 }
 
 impl BuildContext {
@@ -116,11 +114,13 @@ pub async fn etcd_image(docker: &Docker, want: EtcdVersion, say: &dyn Fn(&str)) 
 /// missing, from the JRE and jars `ZkDeploy::find` found for the process backend.
 pub async fn zookeeper_image(
     docker: &Docker,
-    deploy: &crate::service::zookeeper::ZkDeploy,
+    deploy: &crate::systems::zookeeper::service::ZkDeploy,
     say: &dyn Fn(&str),
 ) -> Result<Image> {
-    let ctx = tokio::task::block_in_place(|| zookeeper::context(deploy.java(), deploy.classpath()))
-        .with_context(|| format!("cannot package zookeeper {} for an image", deploy.version()))?;
+    let ctx = tokio::task::block_in_place(|| {
+        crate::systems::zookeeper::image::context(deploy.java(), deploy.classpath())
+    })
+    .with_context(|| format!("cannot package zookeeper {} for an image", deploy.version()))?;
     let tag = format!("fencecheck/zookeeper:{}-{}", deploy.version(), ctx.hash());
     ensure(docker, &tag, "zookeeper", &ctx, say).await
 }
@@ -139,7 +139,7 @@ pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image
 /// The Redis image (`fencecheck/redis:<version>-<hash>`), built when missing,
 /// from the `redis-server` the process backend runs.
 pub async fn redis_image(docker: &Docker, version: &str, say: &dyn Fn(&str)) -> Result<Image> {
-    let ctx = tokio::task::block_in_place(redis::context)
+    let ctx = tokio::task::block_in_place(crate::systems::redis::image::context)
         .with_context(|| format!("cannot package redis-server {version} for an image"))?;
     let tag = format!("fencecheck/redis:{version}-{}", ctx.hash());
     ensure(docker, &tag, "redis", &ctx, say).await
@@ -263,7 +263,11 @@ fn etcd_context(bin: &Path) -> Result<BuildContext> {
 
 /// Puts the content of `from` (symlinks followed) at `at` under `rootfs/` in the
 /// image, executable if `from` is; a path already there is kept.
-fn add_file(files: &mut BTreeMap<String, (u32, Vec<u8>)>, at: &Path, from: &Path) -> Result<()> {
+pub(crate) fn add_file(
+    files: &mut BTreeMap<String, (u32, Vec<u8>)>,
+    at: &Path,
+    from: &Path,
+) -> Result<()> {
     let rel = at.to_string_lossy().trim_start_matches('/').to_string();
     let key = format!("rootfs/{rel}");
     if files.contains_key(&key) {
@@ -284,7 +288,7 @@ fn add_file(files: &mut BTreeMap<String, (u32, Vec<u8>)>, at: &Path, from: &Path
 /// The entries of `dir` in name order, each with its name and metadata (symlinks
 /// followed; a dangling one — e.g. to a package that is not installed — left out),
 /// for the images that copy a whole directory tree.
-fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)>> {
+pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -304,14 +308,14 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)
 /// The ELF interpreter and libraries a dynamic binary needs, as `ldd` lists them
 /// (empty for a static binary). Paths as the binary asks for them; their contents are
 /// read through any symlink.
-fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
     shared_libraries_but(bin, &[])
 }
 
 /// [`shared_libraries`], where the libraries named in `preloaded` may be missing:
 /// the process has loaded them before it loads `bin` (the JRE's own libraries
 /// need `libjvm.so`, which `ldd` cannot find, without being told where it is).
-fn shared_libraries_but(bin: &Path, preloaded: &[&str]) -> Result<Vec<PathBuf>> {
+pub(crate) fn shared_libraries_but(bin: &Path, preloaded: &[&str]) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd").arg(bin).output();
     let out = match out {
         Ok(o) => o,

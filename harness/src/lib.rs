@@ -1,25 +1,22 @@
 //! fencecheck: a chaos harness for distributed locks with fencing tokens.
 //!
 //! The path of data: [`scenario`] (TOML → Scenario) → [`run`] (backend, workers,
-//! nemesis) → files in the run directory ([`history`], the storage log) →
+//! nemesis) → files in the run directory ([`record`]: the history, the service's observations, the storage log) →
 //! [`check`] (pure checkers) → [`assess`] (report.json) → [`output`] (terminal).
 
 pub mod assess;
 pub mod backend;
 pub mod check;
 pub mod cli;
-pub mod etcd;
-pub mod history;
 pub mod images;
 pub mod links;
-pub mod lock;
 pub mod nemesis;
 pub mod output;
 pub mod proc;
+pub mod record;
 pub mod resource;
 pub mod run;
-pub mod rundir;
 pub mod scenario;
-pub mod service;
 pub mod suite;
+pub mod systems;
 pub mod worker;

@@ -146,7 +146,7 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let _ = writeln!(
         s,
         "report: {}",
-        run_dir.join(crate::rundir::REPORT_HTML).display()
+        run_dir.join(crate::record::rundir::REPORT_HTML).display()
     );
     s
 }

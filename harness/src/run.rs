@@ -14,17 +14,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::assess;
 use crate::backend::{self, Backend, Deployment};
-use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
-use crate::lock::external::ExternalConfig;
-use crate::lock::ClientConfig;
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
+use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
+use crate::record::observe::ObservationWriter;
+use crate::record::rundir;
 use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::FencedResource;
-use crate::rundir;
 use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
-use crate::service::{self, observe::ObservationWriter, LockService};
+use crate::systems::client::ClientConfig;
+use crate::systems::external::ExternalConfig;
+use crate::systems::service::LockService;
 use crate::worker::WorkerConfig;
 
 /// Command-line overrides of the scenario.
@@ -247,7 +248,9 @@ async fn drive(
     let end_ns = start_ns + run.s.duration.as_nanos() as u64;
     write_run_info(run, dep, &plan, start_ns, end_ns)?;
 
-    let service = service::connect(dep.service, &dep.clients).await?;
+    let service = crate::systems::system(dep.service)
+        .connect(dep.service, &dep.clients)
+        .await?;
     let observer = Observer::start(service.clone(), &run.dir)?;
     let mut workers = start_workers(run, dep, &links, end_ns)?;
     let world = World {

@@ -9,7 +9,7 @@
 //! the write that depends on it, as in the classic fencing diagram.
 //!
 //! The worker neither knows nor cares which lock service or resource runs: both sit
-//! behind seams (`crate::lock`, `crate::resource`). What it records is here, in one
+//! behind seams (`crate::systems::client`, `crate::resource`). What it records is here, in one
 //! place: every call is an `invoke` and its completion (`ok`, `fail` when it surely
 //! did not happen, `info` when it may have), Jepsen's way.
 //!
@@ -21,7 +21,7 @@
 //! A naive worker (`[workload] behaviour = "naive"`, Jepsen's 2020 lock-set client)
 //! does not notice even then: it goes on acquiring under the lost session and opens
 //! a new one only once an acquisition fails (etcd: `Lock` on a lease that is gone).
-//! What its lock client trusts is the client's business (`crate::lock::etcd`).
+//! What its lock client trusts is the client's business (`crate::systems::etcd::client`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -33,11 +33,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
-use crate::lock::{self, Acquire, Behaviour, ClientConfig, Granted, LockClient};
+use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::resource::postgres::{PgClientConfig, PgResource};
 use crate::resource::{fencecheck::HttpStorage, FencedResource};
 use crate::scenario::TokenMode;
+use crate::systems::client::{Acquire, Behaviour, ClientConfig, Granted, LockClient};
 use fencecheck_storage::{OpKind, Request, Verdict};
 
 /// Everything a worker process needs, passed as one JSON argument.
@@ -109,7 +109,7 @@ enum HoldOutcome {
 
 pub async fn run(cfg: WorkerConfig) -> Result<()> {
     let log = Arc::new(Mutex::new(EventWriter::create(&cfg.events)?));
-    let lock = lock::connect(&cfg.lock).await?;
+    let lock = crate::systems::connect_client(&cfg.lock).await?;
     let storage: Box<dyn FencedResource> = match &cfg.postgres {
         Some(pg) => Box::new(PgResource::new(pg.clone(), Duration::from_secs(2))),
         None => Box::new(HttpStorage::new(

@@ -278,7 +278,8 @@ fn etcd_3_4_runs_in_a_scratch_image_with_its_libraries() {
     }
     // Debian's etcd 3.4 is what the image packages; without it there is nothing to
     // package (the process-backend tests need it too, and ci/bootstrap.sh installs it).
-    if fencecheck::etcd::find(fencecheck::scenario::EtcdVersion::V3_4).is_none() {
+    if fencecheck::systems::etcd::provision::find(fencecheck::scenario::EtcdVersion::V3_4).is_none()
+    {
         let _ = writeln!(
             std::io::stderr(),
             "etcd_3_4_on_docker: skipped: no etcd 3.4 binary on this machine"

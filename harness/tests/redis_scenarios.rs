@@ -182,7 +182,7 @@ fn redlock_owner_value_is_not_an_order() {
 /// right after it, one set after it lives its TTL, and TIME moved.
 #[test]
 fn clockshim_steps_a_redis_clock_and_expires_keys_early() {
-    let shim = fencecheck::service::redis::clockshim_path();
+    let shim = fencecheck::systems::redis::service::clockshim_path();
     assert!(shim.is_file(), "no {}: run ci/bootstrap.sh", shim.display());
     let dir = tempfile::tempdir().expect("tmp");
     let offset = dir.path().join("offset");
@@ -336,7 +336,7 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
     // A clock jump on a backend that cannot step a clock (the docker backend runs
     // no clockshim): refused from the fault's declared availability.
     use fencecheck::scenario::{BackendKind, FaultKind, ServiceKind, Target};
-    use fencecheck::service::{available, Availability};
+    use fencecheck::systems::service::{available, Availability};
     for svc in [ServiceKind::Redis, ServiceKind::Redlock] {
         match available(
             svc,

@@ -8,19 +8,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use faultproxy::Proxy;
-use fencecheck::lock::zookeeper::ZkClient;
-use fencecheck::lock::{Acquire, ClientConfig, Granted, LockClient, Session};
+use fencecheck::record::observe::{Observation, ObservationWriter};
 use fencecheck::scenario::{Scenario, ServiceKind};
-use fencecheck::service::observe::{Observation, ObservationWriter};
-use fencecheck::service::zookeeper::{wait_ready, ZkDeploy, ZkService};
-use fencecheck::service::{LockService, MemberAddrs, PeerPort, ServiceDeploy};
+use fencecheck::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session};
+use fencecheck::systems::service::{LockService, MemberAddrs, PeerPort, ServiceDeploy};
+use fencecheck::systems::zookeeper::client::ZkClient;
+use fencecheck::systems::zookeeper::service::{wait_ready, ZkDeploy, ZkService};
 
 /// Members on 127.0.1.N as the process backend puts them; `base` keeps the tests
 /// of this file (which run in parallel) on distinct IPs.
 struct Ensemble {
     children: Vec<Option<Child>>,
     clients: Vec<SocketAddr>,
-    plan: fencecheck::service::ProcessPlan,
+    plan: fencecheck::systems::service::ProcessPlan,
     _proxies: Vec<Proxy>,
     _dir: tempfile::TempDir,
 }
@@ -39,7 +39,7 @@ fn free_addr(ip: &str) -> SocketAddr {
     l.local_addr().expect("local addr")
 }
 
-fn spawn(m: &fencecheck::service::ProcessMember) -> Child {
+fn spawn(m: &fencecheck::systems::service::ProcessMember) -> Child {
     let log = std::fs::File::create(&m.log).expect("member log");
     Command::new(&m.program)
         .args(&m.args)

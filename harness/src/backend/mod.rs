@@ -74,7 +74,7 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
             let reason = format!("requested; Docker engine {}", engine.version);
             docker(engine, reason)
         }
-        BackendKind::Auto if !crate::service::runs_on_docker(scenario.lock.service) => {
+        BackendKind::Auto if !crate::systems::system(scenario.lock.service).runs_on_docker() => {
             process(format!(
                 "auto: {} does not run on the docker backend yet, so local processes",
                 scenario.lock.service
@@ -100,9 +100,9 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
 fn docker_refuses(scenario: &Scenario) -> Option<String> {
     scenario.faults.iter().enumerate().find_map(|(i, f)| {
         let svc = scenario.lock.service;
-        match crate::service::available(svc, BackendKind::Docker, f.kind, f.target) {
-            crate::service::Availability::Yes => None,
-            crate::service::Availability::No(_) => Some(format!(
+        match crate::systems::service::available(svc, BackendKind::Docker, f.kind, f.target) {
+            crate::systems::service::Availability::Yes => None,
+            crate::systems::service::Availability::No(_) => Some(format!(
                 "fault #{} ({} of {}) is not available",
                 i + 1,
                 f.kind,

@@ -22,7 +22,7 @@ use nix::unistd::Pid;
 use super::{Deployment, Service};
 use crate::proc::{free_port, spawn, wait_http_healthy, Child};
 use crate::scenario::Scenario;
-use crate::service::{self, MemberAddrs, PeerPort, ProcessMember};
+use crate::systems::service::{MemberAddrs, PeerPort, ProcessMember};
 
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 const STORAGE_HOST: &str = "127.0.0.1";
@@ -87,7 +87,7 @@ impl ProcessBackend {
         say: &dyn Fn(&str),
     ) -> Result<(ProcessBackend, Deployment)> {
         let svc = scenario.lock.service;
-        let deploy = service::deploy(scenario, say)?;
+        let deploy = crate::systems::system(scenario.lock.service).deploy(scenario, say)?;
         let n = scenario.cluster.members.0 as usize;
         // Ports and peer proxies first: every member must know every advertised URL.
         let (addrs, proxies) = member_addresses(n, deploy.peer_ports()).await?;
@@ -140,7 +140,10 @@ impl ProcessBackend {
         };
         for (i, a) in addrs.iter().enumerate() {
             let what = format!("{svc} member {i} at {}", a.client);
-            if let Err(e) = service::wait_ready(svc, &what, a.client, READY_DEADLINE).await {
+            if let Err(e) = crate::systems::system(svc)
+                .wait_ready(&what, a.client, READY_DEADLINE)
+                .await
+            {
                 let log = backend.members[i].spec.log.display().to_string();
                 backend.stop().await;
                 return Err(e.context(format!("see {log}")));
@@ -155,7 +158,9 @@ impl ProcessBackend {
                 backend.stop().await;
                 return Err(e.context(format!(
                     "see {}",
-                    run_dir.join(crate::rundir::STORAGE_PROCESS_LOG).display()
+                    run_dir
+                        .join(crate::record::rundir::STORAGE_PROCESS_LOG)
+                        .display()
                 )));
             }
         }
@@ -217,7 +222,7 @@ impl ProcessBackend {
         m.spec
             .env
             .iter()
-            .find(|(k, _)| k == service::redis::CLOCK_OFFSET_ENV)
+            .find(|(k, _)| k == crate::systems::redis::service::CLOCK_OFFSET_ENV)
             .map(|(_, v)| PathBuf::from(v))
             .context("this member runs without clockshim: its clock cannot be stepped")
     }
@@ -368,7 +373,7 @@ impl StorageSpec {
             addr.to_string(),
             "--log".into(),
             run_dir
-                .join(crate::rundir::STORAGE_LOG)
+                .join(crate::record::rundir::STORAGE_LOG)
                 .display()
                 .to_string(),
             "--fencing".into(),
@@ -379,7 +384,7 @@ impl StorageSpec {
         Ok(StorageSpec {
             addr,
             args,
-            log: run_dir.join(crate::rundir::STORAGE_PROCESS_LOG),
+            log: run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG),
         })
     }
 

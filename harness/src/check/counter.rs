@@ -11,7 +11,7 @@ use fencecheck_reports::{CounterCheck, KeyCount, Validity};
 use fencecheck_storage::{OpKind, Verdict};
 
 use super::Recorded;
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 fn slot<'a>(keys: &'a mut BTreeMap<String, KeyCount>, key: &str) -> &'a mut KeyCount {
     keys.entry(key.to_string()).or_insert_with(|| KeyCount {
@@ -100,7 +100,7 @@ pub fn check(rec: &Recorded) -> CounterCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Event, Process};
+    use crate::record::history::{Event, Process};
     use fencecheck_storage::{LogRecord, Request};
 
     fn rec(seq: u64, val: i64, verdict: Verdict, after: i64) -> LogRecord {

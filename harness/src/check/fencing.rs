@@ -15,7 +15,7 @@ use fencecheck_reports::{FencingCheck, StaleWrite, Validity, WriteRef};
 use fencecheck_storage::{LogRecord, OpKind, Verdict};
 
 use super::Recorded;
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 const MAX_EXAMPLES: usize = 50;
 

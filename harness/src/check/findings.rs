@@ -19,8 +19,8 @@ use fencecheck_reports::{Findings, GrantValidity, LateGrant, UnsafeHold, UnsafeW
 use fencecheck_storage::{OpKind, Verdict};
 
 use super::Recorded;
-use crate::history::{EventType, F};
-use crate::service::observe::Observation;
+use crate::record::history::{EventType, F};
+use crate::record::observe::Observation;
 
 const MAX_EXAMPLES: usize = 50;
 const MAX_WINDOWS: usize = 200;
@@ -131,7 +131,7 @@ fn grant_validity(
 
 /// Did the service answer "granted" to this failed acquisition (the client then
 /// found the grant gone)?
-fn told_granted(e: &crate::history::Event) -> bool {
+fn told_granted(e: &crate::record::history::Event) -> bool {
     e.detail
         .as_ref()
         .is_some_and(|d| d.get("told_granted").is_some())
@@ -211,7 +211,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Event, Process};
+    use crate::record::history::{Event, Process};
     use fencecheck_storage::{LogRecord, Request};
 
     fn ev(t: u64, w: u32, kind: EventType, f: F, session: i64, grant: Option<i64>) -> Event {

@@ -15,7 +15,7 @@ use lincheck::{FencedState, Interner, Op, OpKind, SeqModel};
 use serde_json::{json, Value};
 
 use super::Recorded;
-use crate::history::{Event, EventType, Process, F};
+use crate::record::history::{Event, EventType, Process, F};
 use crate::scenario::Fencing;
 
 /// How long the search may take before the verdict is `unknown`.

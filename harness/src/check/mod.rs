@@ -14,7 +14,7 @@ pub mod token;
 use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom, Validity};
 use fencecheck_storage::LogRecord;
 
-use crate::history::{Event, EventType, Process, F};
+use crate::record::history::{Event, EventType, Process, F};
 use crate::scenario::{Count, Expect};
 
 /// Everything the checkers read, loaded from a run directory.
@@ -24,7 +24,7 @@ pub struct Recorded {
     pub faults: Vec<FaultWindow>,
     /// What the harness observed of the lock service (`None` for runs written
     /// before it did).
-    pub observations: Option<Vec<crate::service::observe::Observation>>,
+    pub observations: Option<Vec<crate::record::observe::Observation>>,
 }
 
 impl Recorded {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use fencecheck_reports::{Hold, MutexCheck, Overlap, Validity};
 
 use super::Recorded;
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 const MAX_EXAMPLES: usize = 50;
 
@@ -108,7 +108,7 @@ pub fn check(rec: &Recorded) -> MutexCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Event, Process};
+    use crate::record::history::{Event, Process};
 
     fn ev(t: u64, w: u32, kind: EventType, f: F, rev: Option<i64>) -> Event {
         let mut e = Event::new(Process::Worker(w), kind, f);

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use fencecheck_reports::{CounterCheck, FencingCheck, KeyCount, StaleWrite, Validity, WriteRef};
 
 use super::Recorded;
-use crate::history::{Event, EventType, F};
+use crate::record::history::{Event, EventType, F};
 
 const MAX_EXAMPLES: usize = 50;
 
@@ -227,7 +227,7 @@ pub fn counter(rec: &Recorded) -> CounterCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Process;
+    use crate::record::history::Process;
 
     /// Worker `w`'s `f` with grant `g`, invoked at `t0`, completed `kind` at `t1`.
     fn op(w: u32, f: F, g: i64, id: u64, t0: u64, t1: u64, kind: EventType) -> Vec<Event> {

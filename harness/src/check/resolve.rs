@@ -22,11 +22,10 @@
 
 use std::collections::HashMap;
 
-use crate::history::{Event, EventType, F};
+use crate::record::history::{Event, EventType, F};
 
 use super::Recorded;
-use crate::lock::redis::Owner;
-use crate::service::observe::Observation;
+use crate::record::observe::{Observation, OwnerValue as Owner};
 
 /// Rewrites grants and revisions; returns the problem lines.
 pub fn resolve(rec: &mut Recorded) -> Vec<String> {
@@ -64,7 +63,7 @@ pub fn resolve(rec: &mut Recorded) -> Vec<String> {
         match map.get(&(key.clone(), nonce)) {
             Some(&g) => e.grant = Some(g),
             None => {
-                if e.f == crate::history::F::Acquire {
+                if e.f == crate::record::history::F::Acquire {
                     unresolved_grants += 1;
                 }
                 e.grant = None;

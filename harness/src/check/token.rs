@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashSet};
 use fencecheck_reports::{TokenCheck, TokenPair, Validity};
 
 use super::Recorded;
-use crate::history::{EventType, F};
-use crate::service::observe::Observation;
+use crate::record::history::{EventType, F};
+use crate::record::observe::Observation;
 
 const MAX_EXAMPLES: usize = 50;
 
@@ -104,7 +104,7 @@ pub fn check(rec: &Recorded) -> TokenCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Event, Process};
+    use crate::record::history::{Event, Process};
 
     fn ok(t: u64, w: u32, grant: i64, token: Option<i64>) -> Event {
         let mut e = Event::new(Process::Worker(w), EventType::Ok, F::Acquire);

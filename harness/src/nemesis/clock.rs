@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::{Nemesis, Planned, Resolved};
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 /// How long the instance may take to show the step (clockshim reads its file
 /// again at most once a millisecond).

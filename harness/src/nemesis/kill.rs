@@ -3,7 +3,7 @@
 //! the storage rebuilds its state from its own log before it answers.
 
 use super::{Nemesis, Planned, Resolved};
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 /// One thing to kill: a member by index, or the storage.
 #[derive(Clone, Copy)]

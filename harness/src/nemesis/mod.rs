@@ -19,10 +19,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
-use crate::history::{Event, EventType, EventWriter, Process, F};
 use crate::links::Links;
+use crate::record::history::{Event, EventType, EventWriter, Process, F};
 use crate::scenario::FaultKind;
-use crate::service::LockService;
+use crate::systems::service::LockService;
 pub use schedule::{plan, Planned};
 pub use target::{Resolved, Victim};
 

@@ -7,7 +7,7 @@ use faultproxy::{Direction, Fault};
 
 use super::target::member_links;
 use super::{Nemesis, Planned, Resolved};
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 use crate::scenario::FaultKind;
 
 pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {

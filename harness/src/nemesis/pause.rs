@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 
 use super::{Nemesis, Planned, Resolved};
 use crate::backend::Service;
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 /// Signals `pid`'s whole process group when `pid` leads one — a worker does,
 /// and an external lock client runs in it (`[client]`): the application freezes

@@ -4,7 +4,7 @@
 //! believes it holds it.
 
 use super::{Nemesis, Planned, Resolved};
-use crate::history::{EventType, F};
+use crate::record::history::{EventType, F};
 
 pub async fn expire(n: &Nemesis, p: &Planned, target: &Resolved, f: F) {
     let mut start = n.event(p, EventType::Invoke, f);

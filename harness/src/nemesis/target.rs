@@ -1,5 +1,5 @@
 //! Resolving a scenario target to what it means right now, from the lock
-//! service's own state (`crate::service::LockService`): the holder is whoever the
+//! service's own state (`crate::systems::service::LockService`): the holder is whoever the
 //! service says holds a lock at injection time, the leader whoever leads now.
 //! Member sets follow Jepsen's node specs (all, majority, minority, random).
 

@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Scenario, ScenarioError, TokenName};
-use crate::lock::Behaviour;
+use super::{Behaviour, Scenario, ScenarioError, TokenName};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -158,7 +157,7 @@ mod tests {
         let c = s.client.as_ref().expect("client");
         assert!(Path::new(&c.command[0]).is_absolute(), "{:?}", c.command);
         assert_eq!(c.command[1], "--x");
-        assert_eq!(c.behaviour, crate::lock::Behaviour::Naive);
+        assert_eq!(c.behaviour, crate::scenario::Behaviour::Naive);
         // PATH look-up for a bare name.
         let s = Scenario::parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\n", "x.toml")
             .expect("sh is on PATH");

@@ -398,9 +398,9 @@ pub struct Workload {
     #[serde(default = "defaults::hold")]
     pub hold: DurationRange,
     /// fencecheck's own worker: `careful` (default) or `naive` (Jepsen's 2020
-    /// lock-set client), see `crate::lock::Behaviour`.
+    /// lock-set client), see [`Behaviour`].
     #[serde(default)]
-    pub behaviour: crate::lock::Behaviour,
+    pub behaviour: Behaviour,
 }
 
 impl Default for Workload {
@@ -557,6 +557,37 @@ impl Scenario {
     /// The scenario as resolved (defaults filled in), for the run directory.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# could not render: {e}\n"))
+    }
+}
+
+/// How a worker treats what its lock client tells it: a scenario choice, so the
+/// same faults can be run against a client that checks and one that trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Behaviour {
+    /// fencecheck's own client: checks every grant against the service (etcd: the
+    /// lock key still exists after `Lock`), aborts a call to a member that stopped
+    /// answering, and opens a new session as soon as the old one is lost.
+    #[default]
+    Careful,
+    /// Jepsen's 2020 lock-set client: trusts every grant the service answers,
+    /// ignores session loss, keeps writing until its hold ends, and opens a new
+    /// session only once an acquisition fails.
+    Naive,
+}
+
+impl Behaviour {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behaviour::Careful => "careful",
+            Behaviour::Naive => "naive",
+        }
+    }
+}
+
+impl std::fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -1,6 +1,6 @@
 //! The cross-field rules of a scenario, run after parsing; each error points at the
 //! line of the field it names. What a lock service or a backend cannot do is
-//! refused here too, from the capabilities they declare (`crate::service`), before
+//! refused here too, from the capabilities they declare (`crate::systems::service`), before
 //! anything starts.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use super::{
     BackendKind, Durability, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind,
     StorageKind, Target, TokenMode, TokenName,
 };
-use crate::service::{self, Availability};
+use crate::systems::service::{self, Availability};
 
 pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
     let err = |key: &str, message: String| ScenarioError {
@@ -123,7 +123,7 @@ fn service_rules(
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
-    if s.cluster.backend == BackendKind::Docker && !crate::service::runs_on_docker(svc) {
+    if s.cluster.backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
         return Err(err(
             "backend",
             format!(

@@ -33,7 +33,7 @@ pub(super) const READY_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Where a container's storage comes from.
 #[derive(Debug, Clone)]
-pub(super) enum MountSpec {
+pub(crate) enum MountSpec {
     /// A named volume (created beforehand, with the run's label): survives a kill
     /// and a start of the same container.
     Volume { name: String, target: String },
@@ -45,7 +45,7 @@ pub(super) enum MountSpec {
 
 /// Everything needed to create and start one container.
 #[derive(Debug, Clone)]
-pub(super) struct ContainerSpec {
+pub(crate) struct ContainerSpec {
     pub name: String,
     /// `repository:tag` of a locally built image.
     pub image: String,

@@ -16,23 +16,22 @@ use super::cleanup::{tracked, InFlight};
 use super::container::{self, ContainerSpec, Running, StartFailure};
 use super::network;
 use crate::scenario::ServiceKind;
-use crate::service;
 
 /// How to tell that a started member serves (once enough members are up to form
 /// the cluster).
 #[derive(Debug, Clone)]
-pub(super) enum Health {
+pub(crate) enum Health {
     /// `GET path` on the client address answers 2xx (and, if the body mentions
     /// "health", says "true").
     Http(&'static str),
     /// The service's own readiness probe on the client address
-    /// (`service::wait_ready`; ZooKeeper: `srvr` reports a mode).
+    /// (`System::wait_ready`; ZooKeeper: `srvr` reports a mode).
     Service(ServiceKind),
 }
 
 /// What a service makes of member `i`.
 #[derive(Debug, Clone)]
-pub(super) struct MemberSpec {
+pub(crate) struct MemberSpec {
     /// Image, command, env, fixed host port, data volume mount, ready line. Its
     /// name is the host name its peers reach it by; its network is the run's peer
     /// network, set by [`Member::start`].
@@ -129,7 +128,9 @@ impl Member {
                 let end = tokio::time::Instant::now() + container::READY_DEADLINE;
                 loop {
                     let round = Duration::from_secs(1);
-                    let probe = service::wait_ready(kind, &what, self.spec.client, round).await;
+                    let probe = crate::systems::system(kind)
+                        .wait_ready(&what, self.spec.client, round)
+                        .await;
                     if probe.is_ok() {
                         return Ok(());
                     }

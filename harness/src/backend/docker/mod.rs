@@ -27,15 +27,12 @@
 //! behind.
 
 mod cleanup;
-mod container;
+pub(crate) mod container;
 mod engine;
-mod etcd;
-mod member;
+pub(crate) mod member;
 mod network;
 mod reaper;
-mod redis;
 mod storage;
-mod zookeeper;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -50,8 +47,8 @@ use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
 use crate::scenario::{Scenario, ServiceKind, StorageKind};
-use crate::service::redis::RedisDeploy;
-use crate::service::zookeeper::ZkDeploy;
+use crate::systems::redis::service::RedisDeploy;
+use crate::systems::zookeeper::service::ZkDeploy;
 use cleanup::CleanupGuard;
 use container::{Running, StartFailure, HOST};
 use member::Member;
@@ -135,16 +132,23 @@ impl DockerBackend {
         let (service_image, members, version) = match service {
             ServiceKind::Etcd => {
                 let image = images::etcd_image(&docker, scenario.etcd_version(), say).await?;
-                let members = etcd::member_specs(&run_id, &prefix, &image.tag, &ports);
-                let version = etcd::version_of(&image.tag);
+                let members = crate::systems::etcd::docker::member_specs(
+                    &run_id, &prefix, &image.tag, &ports,
+                );
+                let version = crate::systems::etcd::docker::version_of(&image.tag);
                 (image, members, version)
             }
             ServiceKind::Redis | ServiceKind::Redlock => {
                 let rd = tokio::task::block_in_place(|| RedisDeploy::find(say))?;
                 let image = images::redis_image(&docker, rd.version(), say).await?;
                 let persistence = scenario.lock.persistence.unwrap_or_default();
-                let members =
-                    redis::member_specs(&prefix, &image.tag, persistence, &run_dir, &ports)?;
+                let members = crate::systems::redis::docker::member_specs(
+                    &prefix,
+                    &image.tag,
+                    persistence,
+                    &run_dir,
+                    &ports,
+                )?;
                 (image, members, rd.version().to_string())
             }
             ServiceKind::Zookeeper => {
@@ -153,7 +157,7 @@ impl DockerBackend {
                 // The launcher at its real path: that is where the image has it.
                 let java = std::fs::canonicalize(zk.java())
                     .with_context(|| format!("cannot resolve {}", zk.java().display()))?;
-                let members = zookeeper::member_specs(
+                let members = crate::systems::zookeeper::docker::member_specs(
                     &prefix,
                     &image.tag,
                     &java,
@@ -161,7 +165,7 @@ impl DockerBackend {
                     &run_dir,
                     &ports,
                 )?;
-                let version = zookeeper::version_of(&image.tag);
+                let version = crate::systems::zookeeper::docker::version_of(&image.tag);
                 (image, members, version)
             }
         };
@@ -505,12 +509,8 @@ impl Drop for DockerBackend {
 /// Member `i`'s log in the run directory: `etcd-N.log`, `zk-N.log`, as on the
 /// process backend.
 fn member_log(run_dir: &Path, service: ServiceKind, i: usize) -> std::path::PathBuf {
-    let short = match service {
-        ServiceKind::Etcd => "etcd",
-        ServiceKind::Zookeeper => "zk",
-        ServiceKind::Redis | ServiceKind::Redlock => "redis",
-    };
-    crate::rundir::member_log(run_dir, short, i)
+    let short = crate::systems::system(service).member_name();
+    crate::record::rundir::member_log(run_dir, short, i)
 }
 
 /// The error of a container that did not come up; what it printed is saved to

@@ -28,12 +28,12 @@ use zookeeper_client as zk;
 mod feed;
 mod wire;
 
-use super::observe::ObservationWriter;
-use super::{
+use crate::record::observe::ObservationWriter;
+use crate::scenario::{Scenario, ServiceKind};
+use crate::systems::service::{
     Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
 };
-use crate::lock::zookeeper::{owner_session, parse_owner, LOCKS, OWNERS};
-use crate::scenario::{Scenario, ServiceKind};
+use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
 
 /// Bounds every call the harness makes to the ensemble.
 const CALL: Duration = Duration::from_secs(3);
@@ -201,7 +201,7 @@ impl ServiceDeploy for ZkDeploy {
         }
         let mut members = Vec::new();
         for i in 0..addrs.len() {
-            let data = crate::rundir::member_data(run_dir, "zk", i);
+            let data = crate::record::rundir::member_data(run_dir, "zk", i);
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("cannot create {}", data.display()))?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))
@@ -216,7 +216,7 @@ impl ServiceDeploy for ZkDeploy {
                 program: self.java.clone(),
                 args,
                 env: Vec::new(),
-                log: crate::rundir::member_log(run_dir, "zk", i),
+                log: crate::record::rundir::member_log(run_dir, "zk", i),
             });
         }
         Ok(ProcessPlan {

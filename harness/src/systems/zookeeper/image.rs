@@ -20,7 +20,9 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{add_file, shared_libraries_but, sorted_entries, BuildContext, ZOOKEEPER_DOCKERFILE};
+use crate::images::{
+    add_file, shared_libraries_but, sorted_entries, BuildContext, ZOOKEEPER_DOCKERFILE,
+};
 
 /// Native libraries of the desktop modules (java.desktop, java.smartcardio,
 /// jdk.accessibility): never loaded by a server without a display.
@@ -43,7 +45,7 @@ const TOOL_FILES: &[&str] = &["ct.sym", "src.zip"];
 
 /// The build context for `java` (a path to the launcher, symlinks allowed) running
 /// the jars of `classpath` (`:`-separated absolute paths).
-pub(super) fn context(java: &Path, classpath: &str) -> Result<BuildContext> {
+pub(crate) fn context(java: &Path, classpath: &str) -> Result<BuildContext> {
     let launcher = std::fs::canonicalize(java)
         .with_context(|| format!("cannot resolve {}", java.display()))?;
     let home = launcher

@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session};
+use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session};
 use child::{running_timeout, FromClient, LostSlot, Proc};
 
 /// How long a client has to say hello (a JVM needs a few seconds).
@@ -328,9 +328,11 @@ impl LockClient for ExternalClient {
         use crate::scenario::ServiceKind;
         let handle = random_id();
         let lock = match self.cfg.service {
-            ServiceKind::Etcd => super::etcd::lock_name(name),
-            ServiceKind::Zookeeper => super::zookeeper::lock_dir(name),
-            ServiceKind::Redis | ServiceKind::Redlock => super::redis::lock_key(name),
+            ServiceKind::Etcd => crate::systems::etcd::client::lock_name(name),
+            ServiceKind::Zookeeper => crate::systems::zookeeper::client::lock_dir(name),
+            ServiceKind::Redis | ServiceKind::Redlock => {
+                crate::systems::redis::client::lock_key(name)
+            }
         };
         let mut fields = json!({ "lock": lock });
         // redis-py and the like have no session: each lock is its own, so
@@ -341,7 +343,7 @@ impl LockClient for ExternalClient {
             if session == 0 {
                 session = handle;
             }
-            let owner = super::redis::Owner {
+            let owner = crate::systems::redis::client::Owner {
                 worker: self.cfg.worker,
                 pid: std::process::id(),
                 session,
@@ -391,7 +393,7 @@ impl LockClient for ExternalClient {
         } else {
             wire::to_storage(&g.raw_token).ok().flatten()
         };
-        let external = Some(super::GrantDetail {
+        let external = Some(crate::systems::client::GrantDetail {
             token,
             detail: json!({ "client": {
                 "handle": handle,

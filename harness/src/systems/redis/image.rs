@@ -10,11 +10,11 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{add_file, shared_libraries, BuildContext, REDIS_DOCKERFILE};
+use crate::images::{add_file, shared_libraries, BuildContext, REDIS_DOCKERFILE};
 
 pub(super) const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
-pub(super) fn context() -> Result<BuildContext> {
+pub(crate) fn context() -> Result<BuildContext> {
     let bin = Path::new(REDIS_SERVER);
     let mut files: BTreeMap<String, (u32, Vec<u8>)> = BTreeMap::new();
     add_file(&mut files, bin, bin)?;

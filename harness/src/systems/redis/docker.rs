@@ -17,10 +17,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::container::{ContainerSpec, MountSpec};
-use super::member::{Health, MemberSpec};
+use crate::backend::docker::container::{ContainerSpec, MountSpec};
+use crate::backend::docker::member::{Health, MemberSpec};
 use crate::scenario::{Persistence, ServiceKind};
-use crate::service::redis::instance_config;
+use crate::systems::redis::service::instance_config;
 
 const CLIENT_PORT: u16 = 6379;
 const CONFIG: &str = "/conf/redis.conf";
@@ -31,7 +31,7 @@ const READY_LINE: &str = "Ready to accept connections";
 /// The instances of one run, `client_ports.len()` of them. `prefix` is
 /// `fencecheck-<run id>`; instance `i` is container `<prefix>-m<i>`, volume
 /// `<prefix>-m<i>-data`, client port `client_ports[i]` on 127.0.0.1.
-pub(super) fn member_specs(
+pub(crate) fn member_specs(
     prefix: &str,
     image: &str,
     persistence: Persistence,

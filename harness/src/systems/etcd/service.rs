@@ -12,13 +12,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 
-use super::observe::{Observation, ObservationWriter};
-use super::{
+use crate::record::history::monotonic_ns;
+use crate::record::observe::{Observation, ObservationWriter};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
+use crate::systems::etcd::client::{LOCK_PREFIX, OWNER_PREFIX};
+use crate::systems::service::{
     Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
 };
-use crate::history::monotonic_ns;
-use crate::lock::etcd::{LOCK_PREFIX, OWNER_PREFIX};
-use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 
 const CALL: Duration = Duration::from_secs(3);
 
@@ -29,7 +29,9 @@ pub struct EtcdDeploy {
 
 impl EtcdDeploy {
     pub fn find(want: EtcdVersion, say: &dyn Fn(&str)) -> Result<EtcdDeploy> {
-        let b = tokio::task::block_in_place(|| crate::etcd::find_or_provision(want, say))?;
+        let b = tokio::task::block_in_place(|| {
+            crate::systems::etcd::provision::find_or_provision(want, say)
+        })?;
         say(&format!("etcd {} ({})", b.version, b.path.display()));
         Ok(EtcdDeploy {
             bin: b.path,
@@ -64,7 +66,7 @@ impl ServiceDeploy for EtcdDeploy {
                     "--name".into(),
                     format!("m{i}"),
                     "--data-dir".into(),
-                    crate::rundir::member_data(run_dir, "etcd", i)
+                    crate::record::rundir::member_data(run_dir, "etcd", i)
                         .display()
                         .to_string(),
                     "--listen-client-urls".into(),
@@ -89,7 +91,7 @@ impl ServiceDeploy for EtcdDeploy {
                     program: self.bin.clone(),
                     args,
                     env: Vec::new(),
-                    log: crate::rundir::member_log(run_dir, "etcd", i),
+                    log: crate::record::rundir::member_log(run_dir, "etcd", i),
                 }
             })
             .collect();

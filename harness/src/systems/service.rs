@@ -5,14 +5,9 @@
 //! declared up front, as etcd robustness's `failpoint.Available`, so `validate`
 //! refuses the rest before anything starts. Each service sits beside the trait.
 
-pub mod etcd;
-pub mod observe;
-pub mod redis;
-pub mod zookeeper;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
 use std::time::Duration;
 
 use anyhow::Result;
@@ -37,44 +32,6 @@ pub struct Capabilities {
     pub leader: bool,
 }
 
-pub fn capabilities(service: ServiceKind) -> Capabilities {
-    match service {
-        ServiceKind::Etcd => Capabilities {
-            expire_session: true,
-            revoke_lease: true,
-            leader: true,
-        },
-        ServiceKind::Zookeeper => Capabilities {
-            expire_session: true,
-            revoke_lease: false,
-            leader: true,
-        },
-        // expire-session deletes the holder's key(s). One Redis instance is its own
-        // "leader"; Redlock's masters have none.
-        ServiceKind::Redis => Capabilities {
-            expire_session: true,
-            revoke_lease: false,
-            leader: true,
-        },
-        ServiceKind::Redlock => Capabilities {
-            expire_session: true,
-            revoke_lease: false,
-            leader: false,
-        },
-    }
-}
-
-/// Whether the service has a docker deployment (`backend = "docker"`); `auto`
-/// runs the others as processes. Every service has one today; a new service
-/// decides here.
-pub fn runs_on_docker(service: ServiceKind) -> bool {
-    match service {
-        ServiceKind::Etcd | ServiceKind::Zookeeper => true,
-        // One member per instance, Redlock's masters included (backend/docker/redis.rs).
-        ServiceKind::Redis | ServiceKind::Redlock => true,
-    }
-}
-
 /// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
 /// what either backend can do (the run checks again once it knows which).
 pub fn available(
@@ -83,7 +40,7 @@ pub fn available(
     kind: FaultKind,
     target: Target,
 ) -> Availability {
-    let caps = capabilities(service);
+    let caps = crate::systems::system(service).capabilities();
     if kind == FaultKind::RevokeLease && !caps.revoke_lease {
         return Availability::No(format!(
             "{service} has no leases to revoke; use kind = \"expire-session\""
@@ -227,10 +184,10 @@ pub trait LockService: Send + Sync {
         anyhow::bail!("{} does not tell its clock (member {i})", self.kind())
     }
     /// Records, until `stop` fires, what the service itself says about grants and
-    /// sessions (see [`observe`]): the ground truth for the findings.
+    /// sessions (see [`crate::record::observe`]): the ground truth for the findings.
     async fn observe(
         &self,
-        out: observe::ObservationWriter,
+        out: crate::record::observe::ObservationWriter,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()>;
 }
@@ -249,43 +206,5 @@ pub trait ServiceDeploy: Send + Sync {
     /// Polls until member `i` serves clients, or the deadline passes.
     fn ready_deadline(&self) -> Duration {
         Duration::from_secs(30)
-    }
-}
-
-/// The deployment side of `service`, finding (or provisioning) its binaries.
-pub fn deploy(s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
-    Ok(match s.lock.service {
-        ServiceKind::Etcd => Box::new(etcd::EtcdDeploy::find(s.etcd_version(), say)?),
-        ServiceKind::Zookeeper => Box::new(zookeeper::ZkDeploy::find(say)?),
-        ServiceKind::Redis | ServiceKind::Redlock => {
-            Box::new(redis::RedisDeploy::find(say)?.with_clock_jumps(s, say)?)
-        }
-    })
-}
-
-/// Connects the harness's handle to running members (client addresses, direct).
-pub async fn connect(service: ServiceKind, clients: &[SocketAddr]) -> Result<Arc<dyn LockService>> {
-    Ok(match service {
-        ServiceKind::Etcd => Arc::new(etcd::EtcdService::connect(clients).await?),
-        ServiceKind::Zookeeper => Arc::new(zookeeper::ZkService::connect(clients).await?),
-        ServiceKind::Redis | ServiceKind::Redlock => {
-            Arc::new(redis::RedisService::connect(service, clients).await?)
-        }
-    })
-}
-
-/// Waits until a member answers at `client` (service-specific health check).
-pub async fn wait_ready(
-    service: ServiceKind,
-    what: &str,
-    client: SocketAddr,
-    deadline: Duration,
-) -> Result<()> {
-    match service {
-        ServiceKind::Etcd => etcd::wait_ready(what, client, deadline).await,
-        ServiceKind::Zookeeper => zookeeper::wait_ready(what, client, deadline).await,
-        ServiceKind::Redis | ServiceKind::Redlock => {
-            redis::wait_ready(what, client, deadline).await
-        }
     }
 }

@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
-use super::container::{ContainerSpec, MountSpec};
-use super::member::{Health, MemberSpec};
+use crate::backend::docker::container::{ContainerSpec, MountSpec};
+use crate::backend::docker::member::{Health, MemberSpec};
 
 const CLIENT_PORT: u16 = 2379;
 const PEER_PORT: u16 = 2380;
@@ -20,7 +20,7 @@ const EXTRA_ARGS_ENV: &str = "FENCECHECK_TEST_ETCD_EXTRA_ARGS";
 /// `prefix` is `fencecheck-<run id>`; member `i` is etcd member `m<i>` in container
 /// `<prefix>-m<i>` (also its peer host name), volume `<prefix>-m<i>-data`, client
 /// port `client_ports[i]` on 127.0.0.1.
-pub(super) fn member_specs(
+pub(crate) fn member_specs(
     run_id: &str,
     prefix: &str,
     image: &str,
@@ -98,7 +98,7 @@ pub(super) fn member_specs(
 }
 
 /// The etcd version an image tag carries: `fencecheck/etcd:3.5.1-<hash>` → 3.5.1.
-pub(super) fn version_of(tag: &str) -> String {
+pub(crate) fn version_of(tag: &str) -> String {
     tag.rsplit_once(':')
         .and_then(|(_, t)| t.rsplit_once('-'))
         .map(|(v, _)| v.to_string())

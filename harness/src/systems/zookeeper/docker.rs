@@ -14,10 +14,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::container::{ContainerSpec, MountSpec};
-use super::member::{Health, MemberSpec};
+use crate::backend::docker::container::{ContainerSpec, MountSpec};
+use crate::backend::docker::member::{Health, MemberSpec};
 use crate::scenario::ServiceKind;
-use crate::service::zookeeper::{base_config, jvm_args};
+use crate::systems::zookeeper::service::{base_config, jvm_args};
 
 const CLIENT_PORT: u16 = 2181;
 const QUORUM_PORT: u16 = 2888;
@@ -66,7 +66,7 @@ fn member_config(names: &[String]) -> String {
 /// name), volume `<prefix>-m<i>-data`, client port `client_ports[i]` on 127.0.0.1.
 /// `java` is the launcher's real path in the image, `classpath` the process
 /// backend's.
-pub(super) fn member_specs(
+pub(crate) fn member_specs(
     prefix: &str,
     image: &str,
     java: &Path,
@@ -130,8 +130,8 @@ pub(super) fn member_specs(
 
 /// The ZooKeeper version an image tag carries: `fencecheck/zookeeper:3.8.0-<hash>`
 /// → 3.8.0.
-pub(super) fn version_of(tag: &str) -> String {
-    super::etcd::version_of(tag)
+pub(crate) fn version_of(tag: &str) -> String {
+    crate::systems::etcd::docker::version_of(tag)
 }
 
 #[cfg(test)]

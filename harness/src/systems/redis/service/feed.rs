@@ -25,9 +25,9 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::read_locks;
-use crate::history::monotonic_ns;
-use crate::lock::redis::{self as proto, Owner, EVENTS, LOCK_PREFIX};
-use crate::service::observe::{Observation, ObservationWriter};
+use crate::record::history::monotonic_ns;
+use crate::record::observe::{Observation, ObservationWriter};
+use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
 
 const EXPIRED: &str = "__keyevent@0__:expired";
 /// How long one attempt to subscribe and read the keys may take (a few ms when the

@@ -87,3 +87,37 @@ impl ObservationWriter {
         }
     }
 }
+
+/// The owner value fencecheck's own key-value clients (Redis, Redlock) write
+/// into a lock key, and the observer records as a creation's `id`:
+/// `<worker>:<pid>:<session>:<nonce>`. The checks read the nonce from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerValue {
+    pub worker: u32,
+    pub pid: u32,
+    pub session: i64,
+    pub nonce: i64,
+}
+
+impl OwnerValue {
+    pub fn parse(s: &str) -> Option<OwnerValue> {
+        let mut it = s.split(':');
+        let o = OwnerValue {
+            worker: it.next()?.parse().ok()?,
+            pid: it.next()?.parse().ok()?,
+            session: it.next()?.parse().ok()?,
+            nonce: it.next()?.parse().ok()?,
+        };
+        it.next().is_none().then_some(o)
+    }
+}
+
+impl std::fmt::Display for OwnerValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.worker, self.pid, self.session, self.nonce
+        )
+    }
+}

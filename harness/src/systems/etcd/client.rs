@@ -17,7 +17,9 @@ use anyhow::{Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions, LockOptions, PutOptions};
 use tokio::sync::watch;
 
-use super::{Acquire, Behaviour, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
+use crate::systems::client::{
+    Acquire, Behaviour, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT,
+};
 
 /// etcd key of the lock that guards storage key `key`.
 pub fn lock_name(key: &str) -> String {

@@ -25,8 +25,10 @@ use anyhow::{Context, Result};
 use etcd_client::{ConnectOptions, PutOptions};
 use zookeeper_client as zk;
 
-use crate::lock::{etcd::owner_key, zookeeper as zkl, ClientConfig};
 use crate::scenario::ServiceKind;
+use crate::systems::client::ClientConfig;
+use crate::systems::etcd::client::owner_key;
+use crate::systems::zookeeper::client as zkl;
 
 const CALL: Duration = Duration::from_secs(3);
 

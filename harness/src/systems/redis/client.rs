@@ -34,8 +34,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 use crate::scenario::{ServiceKind, TokenMode};
+use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// Prefix of every lock key: `fencecheck:lock:<name>`.
 pub const LOCK_PREFIX: &str = "fencecheck:lock:";
@@ -83,37 +83,8 @@ pub fn lock_key(name: &str) -> String {
     format!("{LOCK_PREFIX}{name}")
 }
 
-/// An owner value, parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    pub worker: u32,
-    pub pid: u32,
-    pub session: i64,
-    pub nonce: i64,
-}
-
-impl Owner {
-    pub fn parse(s: &str) -> Option<Owner> {
-        let mut it = s.split(':');
-        let o = Owner {
-            worker: it.next()?.parse().ok()?,
-            pid: it.next()?.parse().ok()?,
-            session: it.next()?.parse().ok()?,
-            nonce: it.next()?.parse().ok()?,
-        };
-        it.next().is_none().then_some(o)
-    }
-}
-
-impl std::fmt::Display for Owner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}:{}",
-            self.worker, self.pid, self.session, self.nonce
-        )
-    }
-}
+/// The owner value: a recorded format, so it lives with the observations.
+pub use crate::record::observe::OwnerValue as Owner;
 
 /// A positive random i64: session ids and nonces (never 0, never negative, so
 /// they read the same in every log).

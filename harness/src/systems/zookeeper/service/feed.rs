@@ -27,9 +27,9 @@ use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 
 use super::{session_alive, split_lock_path, LockNode, OwnerNode, ZkService, CALL};
-use crate::history::monotonic_ns;
-use crate::lock::zookeeper::{owner_session, parse_owner, LOCKS, OWNERS};
-use crate::service::observe::{Observation, ObservationWriter};
+use crate::record::history::monotonic_ns;
+use crate::record::observe::{Observation, ObservationWriter};
+use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
 
 const ROOT: &str = "/fencecheck";
 

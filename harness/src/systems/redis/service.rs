@@ -25,12 +25,12 @@ use tokio::sync::Mutex;
 
 mod feed;
 
-use super::observe::ObservationWriter;
-use super::{
+use crate::record::observe::ObservationWriter;
+use crate::scenario::{Persistence, Scenario, ServiceKind};
+use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::service::{
     Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
 };
-use crate::lock::redis::{self as proto, Owner, EVENTS, LOCK_PREFIX};
-use crate::scenario::{Persistence, Scenario, ServiceKind};
 
 /// Bounds every call the harness makes to an instance.
 const CALL: Duration = Duration::from_secs(2);
@@ -40,7 +40,7 @@ pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
 
 /// clockshim, as `ci/bootstrap.sh` builds it into the cache.
 pub fn clockshim_path() -> PathBuf {
-    crate::etcd::cache_dir()
+    crate::systems::etcd::provision::cache_dir()
         .join("clockshim")
         .join("libclockshim.so")
 }
@@ -168,7 +168,7 @@ impl ServiceDeploy for RedisDeploy {
         let persistence = s.lock.persistence.unwrap_or_default();
         let mut members = Vec::new();
         for (i, a) in addrs.iter().enumerate() {
-            let data = crate::rundir::member_data(run_dir, "redis", i);
+            let data = crate::record::rundir::member_data(run_dir, "redis", i);
             std::fs::create_dir_all(&data)
                 .with_context(|| format!("cannot create {}", data.display()))?;
             let cfg_path = run_dir.join(format!("redis-{i}.conf"));
@@ -188,7 +188,7 @@ impl ServiceDeploy for RedisDeploy {
                 program: PathBuf::from(REDIS_SERVER),
                 args: vec![cfg_path.display().to_string()],
                 env,
-                log: crate::rundir::member_log(run_dir, "redis", i),
+                log: crate::record::rundir::member_log(run_dir, "redis", i),
             });
         }
         Ok(ProcessPlan {

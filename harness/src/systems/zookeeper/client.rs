@@ -33,7 +33,7 @@ use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use super::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
+use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// Parent of every lock: `/fencecheck/locks/<key>/_c_<uuid>-lock-<seq>`.
 pub const LOCKS: &str = "/fencecheck/locks";

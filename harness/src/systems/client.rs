@@ -9,10 +9,7 @@
 //! sends to the storage is derived from it by the scenario's token mode
 //! ([`Granted::token`]); the checkers judge that token against the grant order.
 
-pub mod etcd;
-pub mod external;
-pub mod redis;
-pub mod zookeeper;
+use crate::systems::external;
 
 use std::time::Duration;
 
@@ -48,36 +45,7 @@ pub struct ClientConfig {
     pub external: Option<external::ExternalConfig>,
 }
 
-/// How a worker treats what its lock client tells it: a scenario choice, so the
-/// same faults can be run against a client that checks and one that trusts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Behaviour {
-    /// fencecheck's own client: checks every grant against the service (etcd: the
-    /// lock key still exists after `Lock`), aborts a call to a member that stopped
-    /// answering, and opens a new session as soon as the old one is lost.
-    #[default]
-    Careful,
-    /// Jepsen's 2020 lock-set client: trusts every grant the service answers,
-    /// ignores session loss, keeps writing until its hold ends, and opens a new
-    /// session only once an acquisition fails.
-    Naive,
-}
-
-impl Behaviour {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Behaviour::Careful => "careful",
-            Behaviour::Naive => "naive",
-        }
-    }
-}
-
-impl std::fmt::Display for Behaviour {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::scenario::Behaviour;
 
 fn no_token() -> TokenMode {
     TokenMode::None
@@ -182,21 +150,6 @@ pub trait LockClient: Send {
     fn take_notices(&mut self) -> Vec<external::ClientError> {
         Vec::new()
     }
-}
-
-/// Connects the client for `cfg.service`.
-pub async fn connect(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
-    use crate::scenario::ServiceKind;
-    if let Some(ext) = &cfg.external {
-        return Ok(Box::new(external::ExternalClient::start(cfg, ext).await?));
-    }
-    Ok(match cfg.service {
-        ServiceKind::Etcd => Box::new(etcd::EtcdClient::connect(cfg).await?),
-        ServiceKind::Zookeeper => Box::new(zookeeper::ZkClient::connect(cfg).await?),
-        ServiceKind::Redis | ServiceKind::Redlock => {
-            Box::new(redis::RedisClient::connect(cfg).await?)
-        }
-    })
 }
 
 /// Bounds an RPC: every call but `acquire` gives up after this.

@@ -1,0 +1,55 @@
+//! etcd: a lock is `/locks/<name>/<lease>` created under the session's lease, the
+//! grant order is its CreateRevision. Everything etcd is in this folder:
+//! [`client`] (the worker side, and the keyspace contract), [`service`] (process
+//! deployment, the harness's handle and its watch), [`docker`] (member specs for
+//! the docker backend), [`provision`] (finding or fetching the etcd binary).
+
+pub mod client;
+pub mod docker;
+pub mod provision;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::scenario::{Scenario, ServiceKind};
+use crate::systems::client::{ClientConfig, LockClient};
+use crate::systems::service::{Capabilities, LockService, ServiceDeploy};
+
+pub struct Etcd;
+
+#[async_trait::async_trait]
+impl crate::systems::System for Etcd {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            expire_session: true,
+            revoke_lease: true,
+            leader: true,
+        }
+    }
+    fn runs_on_docker(&self) -> bool {
+        true
+    }
+    fn member_name(&self) -> &'static str {
+        "etcd"
+    }
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
+        Ok(Box::new(service::EtcdDeploy::find(s.etcd_version(), say)?))
+    }
+    async fn connect(
+        &self,
+        _kind: ServiceKind,
+        clients: &[SocketAddr],
+    ) -> Result<Arc<dyn LockService>> {
+        Ok(Arc::new(service::EtcdService::connect(clients).await?))
+    }
+    async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
+        service::wait_ready(what, client, deadline).await
+    }
+    async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
+        Ok(Box::new(client::EtcdClient::connect(cfg).await?))
+    }
+}

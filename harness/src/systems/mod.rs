@@ -1,0 +1,70 @@
+//! Lock systems: one folder each (`etcd/`, `zookeeper/`, `redis/` with Redlock,
+//! `external/` for a team's own client), holding everything about that system —
+//! its keyspace contract, the worker-side client, the harness-side service handle
+//! and observer, its deployment (process command lines, docker member specs) and
+//! how its binary or image is provisioned.
+//!
+//! The seams every system implements sit beside the folders: [`client`] (what a
+//! worker needs from a lock) and [`service`] (what the harness needs from the
+//! running service). [`system`] is **the registry**: the one place that matches on
+//! the system kind; everything else asks the [`System`] it returns.
+
+pub mod client;
+pub mod etcd;
+pub mod external;
+pub mod redis;
+pub mod service;
+pub mod zookeeper;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::scenario::{Scenario, ServiceKind};
+use client::{ClientConfig, LockClient};
+use service::{Capabilities, LockService, ServiceDeploy};
+
+/// What the rest of fencecheck asks of a lock system.
+#[async_trait::async_trait]
+pub trait System: Sync {
+    /// What it can take, whatever the backend.
+    fn capabilities(&self) -> Capabilities;
+    /// Whether it has a docker deployment (`backend = "docker"`); `auto` runs the
+    /// others as processes.
+    fn runs_on_docker(&self) -> bool;
+    /// The name its member logs and data directories carry (`etcd-0.log`).
+    fn member_name(&self) -> &'static str;
+    /// The deployment side, finding (or provisioning) its binaries.
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>>;
+    /// The harness's handle on running members (client addresses, direct).
+    async fn connect(
+        &self,
+        kind: ServiceKind,
+        clients: &[SocketAddr],
+    ) -> Result<Arc<dyn LockService>>;
+    /// Waits until a member answers at `client` (its own health check).
+    async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()>;
+    /// fencecheck's own worker-side client.
+    async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>>;
+}
+
+/// The registry: the system behind a `[lock] service` kind.
+pub fn system(kind: ServiceKind) -> &'static dyn System {
+    match kind {
+        ServiceKind::Etcd => &etcd::Etcd,
+        ServiceKind::Zookeeper => &zookeeper::Zookeeper,
+        ServiceKind::Redis => &redis::Redis { redlock: false },
+        ServiceKind::Redlock => &redis::Redis { redlock: true },
+    }
+}
+
+/// Connects the worker's lock client: the user's adapter when `[client]` names
+/// one (any system), else fencecheck's own client for the system.
+pub async fn connect_client(cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
+    if let Some(ext) = &cfg.external {
+        return Ok(Box::new(external::ExternalClient::start(cfg, ext).await?));
+    }
+    system(cfg.service).client(cfg).await
+}

@@ -1,0 +1,66 @@
+//! Redis and Redlock: a lock is a key set with `NX PX` to an owner value; Redlock
+//! takes it on a majority of independent instances. There is no order a client can
+//! read, so the harness numbers grants from its own keyspace feed. [`client`]
+//! (worker side, the keyspace contract and the Lua scripts), [`service`] (process
+//! deployment with clockshim for clock jumps, the harness's handle, the feed),
+//! [`docker`] (one member per instance), [`image`] (redis-server FROM scratch).
+
+pub mod client;
+pub mod docker;
+pub mod image;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::scenario::{Scenario, ServiceKind};
+use crate::systems::client::{ClientConfig, LockClient};
+use crate::systems::service::{Capabilities, LockService, ServiceDeploy};
+
+/// One Redis instance (`redlock: false`) or Redlock's independent masters.
+pub struct Redis {
+    pub redlock: bool,
+}
+
+#[async_trait::async_trait]
+impl crate::systems::System for Redis {
+    fn capabilities(&self) -> Capabilities {
+        // expire-session deletes the holder's key(s). One Redis instance is its own
+        // "leader"; Redlock's masters have none.
+        Capabilities {
+            expire_session: true,
+            revoke_lease: false,
+            leader: !self.redlock,
+        }
+    }
+    fn runs_on_docker(&self) -> bool {
+        // One member per instance, Redlock's masters included (docker.rs).
+        true
+    }
+    fn member_name(&self) -> &'static str {
+        "redis"
+    }
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
+        Ok(Box::new(
+            service::RedisDeploy::find(say)?.with_clock_jumps(s, say)?,
+        ))
+    }
+    async fn connect(
+        &self,
+        kind: ServiceKind,
+        clients: &[SocketAddr],
+    ) -> Result<Arc<dyn LockService>> {
+        Ok(Arc::new(
+            service::RedisService::connect(kind, clients).await?,
+        ))
+    }
+    async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
+        service::wait_ready(what, client, deadline).await
+    }
+    async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
+        Ok(Box::new(client::RedisClient::connect(cfg).await?))
+    }
+}
