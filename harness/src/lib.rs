@@ -11,6 +11,7 @@ pub mod cli;
 pub mod etcd;
 pub mod history;
 pub mod images;
+pub mod junit;
 pub mod links;
 pub mod lock;
 pub mod nemesis;
