@@ -360,10 +360,41 @@ fn scenario(
             Err(RunError::Interrupted(d)) => {
                 error(format!("interrupted; recorded files are in {d}"))
             }
-            Err(RunError::Scenario(e)) => error(e),
-            Err(RunError::Harness(e)) => error(format!("{e:#}")),
+            Err(RunError::Scenario(e)) => {
+                could_not_run(e.to_string(), &file, name, started, o, junit)
+            }
+            Err(RunError::Harness(e)) => {
+                could_not_run(format!("{e:#}"), &file, name, started, o, junit)
+            }
         }
     })
+}
+
+/// A scenario that could not run: exit 2, and for CI the error as a JUnit
+/// `<error>` and a job-summary line.
+fn could_not_run(
+    msg: String,
+    file: &std::path::Path,
+    name: String,
+    started: std::time::Instant,
+    o: &Overrides,
+    junit: Option<&std::path::Path>,
+) -> i32 {
+    let outcome = crate::suite::Outcome {
+        file: file.to_path_buf(),
+        name,
+        run_dir: o.out.clone().unwrap_or_default(),
+        report: None,
+        error: Some(msg.clone()),
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    crate::junit::append_step_summary(&crate::junit::markdown_run(&outcome));
+    if let Some(path) = junit {
+        if let Err(e) = crate::junit::write(path, std::slice::from_ref(&outcome)) {
+            eprintln!("fencecheck: error: {e:#}");
+        }
+    }
+    error(msg)
 }
 
 /// The suite's CI options: JUnit, shard, list only.
