@@ -55,6 +55,10 @@ enum Command {
         /// No progress output; the verdict table only.
         #[arg(long, short)]
         quiet: bool,
+        /// Also write the verdict as JUnit XML here (one testsuite, a testcase per
+        /// check and per expectation).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
     /// Run every scenario of a folder (or the files named), one summary table, one
     /// index.html linking every report. Exit 1 if any expectation is unmet.
@@ -75,6 +79,21 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long, short)]
         quiet: bool,
+        /// Also write JUnit XML here (a testsuite per run).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Run only part I of N (1-based): a scenario belongs to part
+        /// 1 + (SHA-256 of its file name mod N).
+        #[arg(long, value_name = "I/N")]
+        shard: Option<crate::suite::Shard>,
+        /// Print the scenario files this suite (or shard) would run, one per
+        /// line, and run nothing.
+        #[arg(long, conflicts_with = "merge")]
+        list: bool,
+        /// The paths are suite directories (shards) already run: merge what they
+        /// recorded into one index.html in --out (and --junit), running nothing.
+        #[arg(long, conflicts_with = "shard")]
+        merge: bool,
     },
     /// Re-run every checker on a recorded run, offline.
     Check { run_dir: PathBuf },
@@ -224,6 +243,7 @@ pub fn main() -> i32 {
             etcd,
             out,
             quiet,
+            junit,
         } => {
             let o = Overrides {
                 seed,
@@ -233,7 +253,7 @@ pub fn main() -> i32 {
                 etcd,
                 out,
             };
-            scenario(&file, &o, quiet)
+            scenario(&file, &o, quiet, junit.as_deref())
         }
         Command::Suite {
             paths,
@@ -243,6 +263,10 @@ pub fn main() -> i32 {
             duration,
             out,
             quiet,
+            junit,
+            shard,
+            list,
+            merge,
         } => {
             let o = Overrides {
                 seed,
@@ -252,7 +276,12 @@ pub fn main() -> i32 {
                 etcd,
                 out: None,
             };
-            suite(paths, &o, out, quiet)
+            let ci = SuiteCi { junit, shard, list };
+            if merge {
+                suite_merge(&paths, out, ci.junit.as_deref())
+            } else {
+                suite(paths, &o, out, quiet, ci)
+            }
         }
         Command::Check { run_dir } | Command::Report { run_dir } => check(&run_dir),
         Command::Validate {
@@ -285,7 +314,12 @@ pub fn main() -> i32 {
 }
 
 /// `fencecheck scenario`: one run, its verdict table, exit 0/1/2.
-fn scenario(arg: &std::path::Path, o: &Overrides, quiet: bool) -> i32 {
+fn scenario(
+    arg: &std::path::Path,
+    o: &Overrides,
+    quiet: bool,
+    junit: Option<&std::path::Path>,
+) -> i32 {
     let file = match Scenario::locate(arg) {
         Ok(f) => f,
         Err(e) => return error(e),
@@ -294,6 +328,8 @@ fn scenario(arg: &std::path::Path, o: &Overrides, quiet: bool) -> i32 {
         Ok(s) => s,
         Err(e) => return error(e),
     };
+    let name = scenario.name.clone();
+    let started = std::time::Instant::now();
     block_on(true, async {
         let result = tokio::select! {
             r = crate::run::run(&file, scenario, o, quiet) => r,
@@ -304,50 +340,144 @@ fn scenario(arg: &std::path::Path, o: &Overrides, quiet: bool) -> i32 {
         match result {
             Ok((report, dir)) => {
                 print!("{}", output::verdict_table(&report, &dir));
-                verdict(report.passed)
+                let passed = report.passed;
+                let outcome = crate::suite::Outcome {
+                    file: file.clone(),
+                    name,
+                    run_dir: dir,
+                    report: Some(report),
+                    error: None,
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                };
+                crate::junit::append_step_summary(&crate::junit::markdown_run(&outcome));
+                if let Some(path) = junit {
+                    if let Err(e) = crate::junit::write(path, std::slice::from_ref(&outcome)) {
+                        return error(format!("{e:#}"));
+                    }
+                }
+                verdict(passed)
             }
             Err(RunError::Interrupted(d)) => {
                 error(format!("interrupted; recorded files are in {d}"))
             }
-            Err(RunError::Scenario(e)) => error(e),
-            Err(RunError::Harness(e)) => error(format!("{e:#}")),
+            Err(RunError::Scenario(e)) => {
+                could_not_run(e.to_string(), &file, name, started, o, junit)
+            }
+            Err(RunError::Harness(e)) => {
+                could_not_run(format!("{e:#}"), &file, name, started, o, junit)
+            }
         }
     })
 }
 
-/// `fencecheck suite`: every scenario, one table, one index.html.
-fn suite(paths: Vec<PathBuf>, o: &Overrides, out: Option<PathBuf>, quiet: bool) -> i32 {
+/// A scenario that could not run: exit 2, and for CI the error as a JUnit
+/// `<error>` and a job-summary line.
+fn could_not_run(
+    msg: String,
+    file: &std::path::Path,
+    name: String,
+    started: std::time::Instant,
+    o: &Overrides,
+    junit: Option<&std::path::Path>,
+) -> i32 {
+    let outcome = crate::suite::Outcome {
+        file: file.to_path_buf(),
+        name,
+        run_dir: o.out.clone().unwrap_or_default(),
+        report: None,
+        error: Some(msg.clone()),
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    crate::junit::append_step_summary(&crate::junit::markdown_run(&outcome));
+    if let Some(path) = junit {
+        if let Err(e) = crate::junit::write(path, std::slice::from_ref(&outcome)) {
+            eprintln!("fencecheck: error: {e:#}");
+        }
+    }
+    error(msg)
+}
+
+/// The suite's CI options: JUnit, shard, list only.
+struct SuiteCi {
+    junit: Option<PathBuf>,
+    shard: Option<crate::suite::Shard>,
+    list: bool,
+}
+
+/// The end of a suite or a merge: the table, the step summary, JUnit, the exit
+/// code (2 if a run could not run, else 1 if any failed).
+fn suite_end(
+    outcomes: &[crate::suite::Outcome],
+    out: &std::path::Path,
+    junit: Option<&std::path::Path>,
+) -> i32 {
+    print!("{}", crate::suite::summary_table(outcomes, out));
+    crate::junit::append_step_summary(&crate::junit::markdown_suite(
+        outcomes,
+        &out.join("index.html"),
+    ));
+    if let Some(path) = junit {
+        if let Err(e) = crate::junit::write(path, outcomes) {
+            return error(format!("{e:#}"));
+        }
+    }
+    if outcomes.iter().any(|o| o.report.is_none()) {
+        EXIT_ERROR
+    } else {
+        verdict(
+            outcomes
+                .iter()
+                .all(|o| o.report.as_ref().is_some_and(|r| r.passed)),
+        )
+    }
+}
+
+/// `fencecheck suite`: every scenario (of the shard), one table, one index.html.
+fn suite(
+    paths: Vec<PathBuf>,
+    o: &Overrides,
+    out: Option<PathBuf>,
+    quiet: bool,
+    ci: SuiteCi,
+) -> i32 {
     let paths = if paths.is_empty() {
         vec![PathBuf::from("scenarios")]
     } else {
         paths
     };
     let files = match crate::suite::scenario_files(&paths) {
-        Ok(f) => f,
+        Ok(f) => crate::suite::select(f, ci.shard),
         Err(e) => return error(format!("{e:#}")),
     };
+    if ci.list {
+        for f in &files {
+            println!("{}", f.display());
+        }
+        return EXIT_PASS;
+    }
     let out = out.unwrap_or_else(crate::suite::default_suite_dir);
     block_on(true, async {
         let res = tokio::select! {
-            r = crate::suite::run_suite(&files, o, &out, quiet) => r,
+            r = crate::suite::run_suite(&files, o, &out, quiet, ci.shard) => r,
             _ = tokio::signal::ctrl_c() => return error("interrupted"),
         };
         match res {
-            Ok(outcomes) => {
-                print!("{}", crate::suite::summary_table(&outcomes, &out));
-                if outcomes.iter().any(|o| o.report.is_none()) {
-                    EXIT_ERROR
-                } else {
-                    verdict(
-                        outcomes
-                            .iter()
-                            .all(|o| o.report.as_ref().is_some_and(|r| r.passed)),
-                    )
-                }
-            }
+            Ok(outcomes) => suite_end(&outcomes, &out, ci.junit.as_deref()),
             Err(e) => error(format!("{e:#}")),
         }
     })
+}
+
+/// `fencecheck suite --merge DIR…`: the shards' records, one index, one table.
+fn suite_merge(dirs: &[PathBuf], out: Option<PathBuf>, junit: Option<&std::path::Path>) -> i32 {
+    if dirs.is_empty() {
+        return error("--merge needs the suite directories to merge");
+    }
+    let out = out.unwrap_or_else(crate::suite::default_suite_dir);
+    match crate::suite::merge(dirs, &out) {
+        Ok(outcomes) => suite_end(&outcomes, &out, junit),
+        Err(e) => error(format!("{e:#}")),
+    }
 }
 
 /// `fencecheck check` / `report`: every checker again, offline.

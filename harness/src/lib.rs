@@ -9,6 +9,7 @@ pub mod backend;
 pub mod check;
 pub mod cli;
 pub mod images;
+pub mod junit;
 pub mod links;
 pub mod nemesis;
 pub mod output;

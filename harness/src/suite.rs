@@ -14,6 +14,8 @@ use crate::scenario::Scenario;
 pub struct Outcome {
     pub file: PathBuf,
     pub name: String,
+    /// The run's directory (its report.json and report.html).
+    pub run_dir: PathBuf,
     /// `None` when the harness could not run it (the error says why).
     pub report: Option<Report>,
     pub error: Option<String>,
@@ -54,6 +56,7 @@ pub async fn run_suite(
     base: &Overrides,
     out: &Path,
     quiet: bool,
+    shard: Option<Shard>,
 ) -> Result<Vec<Outcome>> {
     let mut scenarios = Vec::new();
     for f in files {
@@ -61,6 +64,8 @@ pub async fn run_suite(
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut outcomes = Vec::new();
+    // A shard that owns no scenario still leaves an index and a record to merge.
+    write_index(out, &outcomes, shard)?;
     for (i, (file, scenario)) in scenarios.into_iter().enumerate() {
         let name = scenario.name.clone();
         // One line per scenario even when quiet: a nightly log shows where it is.
@@ -68,8 +73,9 @@ pub async fn run_suite(
         if !quiet {
             eprintln!();
         }
+        let run_dir = out.join(&name);
         let o = Overrides {
-            out: Some(out.join(&name)),
+            out: Some(run_dir.clone()),
             ..base.clone()
         };
         let started = Instant::now();
@@ -89,13 +95,14 @@ pub async fn run_suite(
         let outcome = Outcome {
             file,
             name,
+            run_dir,
             report,
             error,
             elapsed_s,
         };
         eprintln!("{}", summary_line(&outcome));
         outcomes.push(outcome);
-        write_index(out, &outcomes)?;
+        write_index(out, &outcomes, shard)?;
     }
     Ok(outcomes)
 }
@@ -108,7 +115,7 @@ fn verdict_word(o: &Outcome) -> &'static str {
     }
 }
 
-fn counts(o: &Outcome) -> String {
+pub fn counts(o: &Outcome) -> String {
     match (&o.report, &o.error) {
         (Some(r), _) => {
             let c = &r.checks;
@@ -184,7 +191,13 @@ pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
     s
 }
 
-fn write_index(out: &Path, outcomes: &[Outcome]) -> Result<()> {
+fn write_index(out: &Path, outcomes: &[Outcome], shard: Option<Shard>) -> Result<()> {
+    write_record(out, outcomes, shard)?;
+    write_index_html(out, outcomes)
+}
+
+/// `index.html` in `out`, linking each run's report relative to `out`.
+fn write_index_html(out: &Path, outcomes: &[Outcome]) -> Result<()> {
     let entries: Vec<SuiteEntry> = outcomes
         .iter()
         .map(|o| SuiteEntry {
@@ -192,7 +205,7 @@ fn write_index(out: &Path, outcomes: &[Outcome]) -> Result<()> {
             passed: o.report.as_ref().is_some_and(|r| r.passed),
             verdict_line: counts(o),
             elapsed_s: o.elapsed_s,
-            report_html: format!("{}/report.html", o.name),
+            report_html: relative(out, &o.run_dir.join(crate::rundir::REPORT_HTML)),
             seed: o.report.as_ref().map(|r| r.run.seed).unwrap_or(0),
             service: o
                 .report
@@ -208,4 +221,183 @@ fn write_index(out: &Path, outcomes: &[Outcome]) -> Result<()> {
         .collect();
     fencecheck_reports::write_index(out, &entries)?;
     Ok(())
+}
+
+/// `target` as a link from a page in `from`: relative when both resolve (so a
+/// downloaded artifact's links still work), else absolute.
+fn relative(from: &Path, target: &Path) -> String {
+    let abs = |p: &Path| {
+        // The report may not exist yet (a run that could not run): resolve its folder.
+        let (dir, name) = match (p.parent(), p.file_name()) {
+            (Some(d), Some(n)) => (d, Some(n)),
+            _ => (p, None),
+        };
+        dir.canonicalize().ok().map(|d| match name {
+            Some(n) => d.join(n),
+            None => d,
+        })
+    };
+    let (Some(from), Some(to)) = (from.canonicalize().ok(), abs(target)) else {
+        return target.display().to_string();
+    };
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut parts: Vec<String> = from
+        .components()
+        .skip(common)
+        .map(|_| "..".into())
+        .collect();
+    parts.extend(
+        to.components()
+            .skip(common)
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
+}
+
+/// What a suite ran, for `--merge` (which reads it back): `suite.json` in the
+/// suite directory.
+pub const RECORD: &str = "suite.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    /// `--shard I/N` when the suite was a shard.
+    shard: Option<String>,
+    runs: Vec<RecordRun>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordRun {
+    file: PathBuf,
+    name: String,
+    /// The run directory, relative to the suite directory.
+    dir: String,
+    elapsed_s: f64,
+    error: Option<String>,
+}
+
+fn write_record(out: &Path, outcomes: &[Outcome], shard: Option<Shard>) -> Result<()> {
+    let rec = Record {
+        shard: shard.map(|s| s.to_string()),
+        runs: outcomes
+            .iter()
+            .map(|o| RecordRun {
+                file: o.file.clone(),
+                name: o.name.clone(),
+                dir: o
+                    .run_dir
+                    .strip_prefix(out)
+                    .unwrap_or(&o.run_dir)
+                    .display()
+                    .to_string(),
+                elapsed_s: o.elapsed_s,
+                error: o.error.clone(),
+            })
+            .collect(),
+    };
+    let path = out.join(RECORD);
+    std::fs::write(&path, serde_json::to_vec_pretty(&rec)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `--shard I/N`: the I-th of N parts (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Shard, String> {
+        let bad = || format!("{s:?}: expected I/N with 1 <= I <= N, e.g. 1/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (
+            i.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if count == 0 || index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl Shard {
+    /// The shard rule: a file belongs to shard 1 + (h mod N), h the first 8 bytes
+    /// (big-endian) of the SHA-256 of its file name. It depends on the file alone,
+    /// so adding a scenario never moves another one to a different shard, and it
+    /// is the same wherever the checkout lives.
+    pub fn owns(&self, file: &Path) -> bool {
+        use sha2::Digest;
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| file.display().to_string());
+        let d = sha2::Sha256::digest(name.as_bytes());
+        let mut h = [0u8; 8];
+        h.copy_from_slice(&d[..8]);
+        u64::from_be_bytes(h) % u64::from(self.count) == u64::from(self.index - 1)
+    }
+}
+
+/// The files of `files` (sorted as given) this shard runs; every file with none.
+pub fn select(files: Vec<PathBuf>, shard: Option<Shard>) -> Vec<PathBuf> {
+    match shard {
+        None => files,
+        Some(sh) => files.into_iter().filter(|f| sh.owns(f)).collect(),
+    }
+}
+
+/// `suite --merge DIR…`: reads the `suite.json` and run reports each suite
+/// directory holds and writes one `index.html` (and `suite.json`) in `out`,
+/// linking every run where it is. The outcomes, in the order of the directories.
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Vec<Outcome>> {
+    let mut outcomes = Vec::new();
+    for d in dirs {
+        let path = d.join(RECORD);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "cannot read {} (is {} a suite directory?)",
+                path.display(),
+                d.display()
+            )
+        })?;
+        let rec: Record = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a suite record", path.display()))?;
+        for r in rec.runs {
+            let run_dir = d.join(&r.dir);
+            let report = if r.error.is_none() {
+                let p = run_dir.join(crate::rundir::REPORT_JSON);
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read {}", p.display()))?;
+                Some(
+                    serde_json::from_str::<Report>(&text)
+                        .with_context(|| format!("{}: not a report", p.display()))?,
+                )
+            } else {
+                None
+            };
+            outcomes.push(Outcome {
+                file: r.file,
+                name: r.name,
+                run_dir,
+                report,
+                error: r.error,
+                elapsed_s: r.elapsed_s,
+            });
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_index(out, &outcomes, None)?;
+    Ok(outcomes)
 }

@@ -181,3 +181,49 @@ fn postgres_refusals_are_exit_2_with_file_and_line() {
         );
     }
 }
+
+/// The `fencecheck-pg-*` directories under /tmp now.
+fn outside_data_dirs() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/tmp")
+        .expect("/tmp")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("fencecheck-pg-"))
+        .collect()
+}
+
+/// `--out` under a fresh `mktemp -d` (0700, root's: the postgres user cannot pass
+/// through it): the data directory goes under /tmp behind a `pg.data` link, the
+/// run passes as it does in a reachable directory, and neither outlives the run.
+#[test]
+fn pg_pause_runs_under_a_private_temp_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    let before = outside_data_dirs();
+    let tmp = tempfile::tempdir().expect("tmp");
+    // What `mktemp -d` makes (tempfile leaves the umask's 0755).
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let out = tmp.path().join("run");
+    let (o, r) = run_scenario("pg-pause", &[], &out);
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    assert_eq!(r["passed"], true, "{}", explain(&o));
+    let (accepted, rejected) = fencing(&r);
+    assert_eq!(accepted, 0, "{}", explain(&o));
+    assert!(
+        rejected > 0,
+        "the pause made no stale write: {}",
+        explain(&o)
+    );
+    assert!(n(&r["checks"]["fencing"]["writes"]) > 0);
+    assert!(
+        std::fs::symlink_metadata(out.join("pg.data")).is_err(),
+        "the pg.data link outlived the run: {:?} {}",
+        std::fs::read_link(out.join("pg.data")),
+        explain(&o)
+    );
+    let left: Vec<String> = outside_data_dirs().difference(&before).cloned().collect();
+    assert!(
+        left.is_empty(),
+        "data directories left under /tmp: {left:?}"
+    );
+    assert_no_backend_left(&out);
+}

@@ -1,5 +1,6 @@
 //! PostgreSQL 15 as the fenced resource on the process backend: `initdb` in the
-//! run directory (`pg.data`), `postgres` on a loopback address and a free port,
+//! run directory (`pg.data`; a link to a fresh directory under `/tmp` when the
+//! postgres user cannot reach the run directory), `postgres` on a loopback address and a free port,
 //! the tables, crash and restart, and the export of the log table to
 //! `storage.jsonl` (the file every checker reads). The settings, the readiness
 //! probe, the tables and the export serve the docker backend's PostgreSQL
@@ -37,7 +38,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct PgServer {
     pub addr: SocketAddr,
+    /// The real data directory: `pg.data` in the run directory, or (when the run
+    /// directory's parents shut the postgres user out) one under a reachable
+    /// temporary base, which `pg.data` then links to.
     data: PathBuf,
+    /// `Some(link)` when `data` lives outside the run directory: both are removed
+    /// by `stop`.
+    external: Option<PathBuf>,
     log: PathBuf,
     sync: SyncCommit,
     uid: nix::unistd::Uid,
@@ -74,21 +81,18 @@ impl PgServer {
             );
         }
         let (uid, gid) = postgres_user()?;
-        let data = run_dir.join(DATA);
         let log = run_dir.join(LOG);
         // The postgres user must reach the data directory through the run
         // directory: let it search (not read) the run directory.
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(run_dir)?.permissions().mode();
         std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(mode | 0o711))?;
-        std::fs::create_dir_all(&data)?;
-        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700))?;
-        std::os::unix::fs::chown(&data, Some(uid.as_raw()), Some(gid.as_raw()))
-            .context("chown of the data directory")?;
+        let (data, external) = data_dir(run_dir, uid, gid)?;
         let port = free_port(HOST)?;
         let mut s = PgServer {
             addr: format!("{HOST}:{port}").parse()?,
             data,
+            external,
             log,
             sync: scenario.storage.synchronous_commit.unwrap_or_default(),
             uid,
@@ -96,10 +100,19 @@ impl PgServer {
             child: None,
             paused: false,
         };
-        s.initdb().await?;
-        s.spawn()?;
-        s.wait_ready().await?;
-        create_schema(s.addr, scenario.workload.keys).await?;
+        let started = async {
+            s.initdb().await?;
+            s.spawn()?;
+            s.wait_ready().await?;
+            create_schema(s.addr, scenario.workload.keys).await
+        }
+        .await;
+        if let Err(e) = started {
+            // Nothing else holds this server: stop it here, so an outside data
+            // directory does not outlive a start that failed.
+            s.stop().await;
+            return Err(e);
+        }
         Ok(s)
     }
 
@@ -240,7 +253,80 @@ impl PgServer {
                 c.stop(Duration::ZERO).await;
             }
         }
+        // An outside data directory goes with the run: the table was exported to
+        // storage.jsonl before stop, and nothing else would ever remove it.
+        if let Some(link) = self.external.take() {
+            if let Err(e) = std::fs::remove_dir_all(&self.data) {
+                tracing::warn!("removing {}: {e}", self.data.display());
+            }
+            let _ = std::fs::remove_file(link);
+        }
     }
+}
+
+/// Can the user `uid`/`gid` search (traverse) every directory from `/` down to
+/// `dir`? Root's `mktemp -d` is 0700: a run directory under it is out of reach.
+fn reachable(dir: &Path, uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    for d in dir.ancestors() {
+        let m = std::fs::metadata(d).with_context(|| format!("reading {}", d.display()))?;
+        let bit = if m.uid() == uid.as_raw() {
+            0o100
+        } else if m.gid() == gid.as_raw() {
+            0o010
+        } else {
+            0o001
+        };
+        if m.mode() & bit == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The data directory, owned by the postgres user, mode 0700. In the run
+/// directory when the postgres user can get there; otherwise a fresh
+/// `fencecheck-pg-XXXXXX` under the first reachable temporary base (`/tmp`,
+/// `/var/tmp`), with `pg.data` in the run directory a symlink to it. Neither
+/// reachable: an error before anything started.
+fn data_dir(
+    run_dir: &Path,
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+) -> Result<(PathBuf, Option<PathBuf>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let link = run_dir.join(DATA);
+    let data = if reachable(run_dir, uid, gid)? {
+        std::fs::create_dir_all(&link)?;
+        link.clone()
+    } else {
+        let base = ["/tmp", "/var/tmp"]
+            .into_iter()
+            .map(Path::new)
+            .find(|b| reachable(b, uid, gid).unwrap_or(false))
+            .with_context(|| {
+                format!(
+                    "the postgres user cannot reach {} (a parent directory is not searchable \
+                     by it, e.g. a 0700 mktemp -d) and neither /tmp nor /var/tmp is \
+                     searchable for it either; choose an --out under a searchable directory",
+                    run_dir.display()
+                )
+            })?;
+        // mkdtemp: a fresh name nobody else can have prepared in a shared /tmp.
+        let data = nix::unistd::mkdtemp(&base.join("fencecheck-pg-XXXXXX"))
+            .with_context(|| format!("creating a data directory under {}", base.display()))?;
+        std::os::unix::fs::symlink(&data, &link)
+            .with_context(|| format!("linking {} to {}", link.display(), data.display()))?;
+        data
+    };
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700))?;
+    std::os::unix::fs::chown(&data, Some(uid.as_raw()), Some(gid.as_raw()))
+        .context("chown of the data directory")?;
+    let external = (data != link).then_some(link);
+    Ok((data, external))
 }
 
 /// The server settings (`-c name=value`) both backends start PostgreSQL with;
