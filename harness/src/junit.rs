@@ -26,7 +26,7 @@ use fencecheck_reports::{Report, Validity};
 use quick_xml::events::{BytesDecl, BytesText, Event};
 use quick_xml::Writer;
 
-use crate::rundir;
+use crate::record::rundir;
 use crate::suite::Outcome;
 
 /// One check as a row: its name, verdict and counts.

@@ -205,7 +205,7 @@ fn write_index_html(out: &Path, outcomes: &[Outcome]) -> Result<()> {
             passed: o.report.as_ref().is_some_and(|r| r.passed),
             verdict_line: counts(o),
             elapsed_s: o.elapsed_s,
-            report_html: relative(out, &o.run_dir.join(crate::rundir::REPORT_HTML)),
+            report_html: relative(out, &o.run_dir.join(crate::record::rundir::REPORT_HTML)),
             seed: o.report.as_ref().map(|r| r.run.seed).unwrap_or(0),
             service: o
                 .report
@@ -377,7 +377,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Vec<Outcome>> {
         for r in rec.runs {
             let run_dir = d.join(&r.dir);
             let report = if r.error.is_none() {
-                let p = run_dir.join(crate::rundir::REPORT_JSON);
+                let p = run_dir.join(crate::record::rundir::REPORT_JSON);
                 let text = std::fs::read_to_string(&p)
                     .with_context(|| format!("cannot read {}", p.display()))?;
                 Some(
