@@ -25,7 +25,10 @@ use crate::service::observe::Observation;
 const MAX_EXAMPLES: usize = 50;
 const MAX_WINDOWS: usize = 200;
 
-pub fn check(rec: &Recorded) -> Findings {
+/// `storage_log`: whether the storage kept a log; without one the unsafe
+/// windows' operations are counted from the client history (a lower bound the
+/// report marks).
+pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
     let Some(obs) = &rec.observations else {
         return Findings::default();
     };
@@ -38,7 +41,7 @@ pub fn check(rec: &Recorded) -> Findings {
             .filter(|o| matches!(o, Observation::Gap { .. }))
             .count() as u64,
         grant_validity: grant_validity(rec, &ended, &sessions),
-        unsafe_window: unsafe_window(rec, &ended, &sessions),
+        unsafe_window: unsafe_window(rec, &ended, &sessions, storage_log),
     }
 }
 
@@ -137,10 +140,72 @@ fn told_granted(e: &crate::history::Event) -> bool {
         .is_some_and(|d| d.get("told_granted").is_some())
 }
 
+/// A storage operation of a hold as the window counts it.
+struct HoldOp {
+    time_ns: u64,
+    read: bool,
+    accepted: bool,
+}
+
+/// The operations of one worker's hold (key, grant) that began after `from`:
+/// from the storage's log when there is one, else from the client history
+/// (invoked after `from`, answered: a lower bound).
+fn hold_ops(
+    rec: &Recorded,
+    worker: u32,
+    key: &str,
+    grant: Option<i64>,
+    from: u64,
+    storage_log: bool,
+) -> Vec<HoldOp> {
+    if storage_log {
+        let w = worker.to_string();
+        return rec
+            .storage
+            .iter()
+            .filter(|r| {
+                r.request.client == w
+                    && r.request.key == key
+                    && r.request.revision == grant
+                    && r.time_ns > from
+            })
+            .map(|r| HoldOp {
+                time_ns: r.time_ns,
+                read: r.request.op == OpKind::Read,
+                accepted: r.verdict == Verdict::Accepted,
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    let mut invoked: Option<u64> = None;
+    for e in rec.events.iter().filter(|e| {
+        e.process.worker() == Some(worker)
+            && matches!(e.f, F::Read | F::Write)
+            && e.key.as_deref() == Some(key)
+            && e.grant == grant
+    }) {
+        match e.kind {
+            EventType::Invoke => invoked = Some(e.time_ns),
+            EventType::Ok | EventType::Fail => {
+                if invoked.take().is_some_and(|t| t > from) {
+                    out.push(HoldOp {
+                        time_ns: e.time_ns,
+                        read: e.f == F::Read,
+                        accepted: e.f == F::Write && e.kind == EventType::Ok,
+                    });
+                }
+            }
+            _ => invoked = None,
+        }
+    }
+    out
+}
+
 fn unsafe_window(
     rec: &Recorded,
     ended: &HashMap<i64, u64>,
     sessions: &EntrySessions,
+    storage_log: bool,
 ) -> UnsafeWindow {
     let mut w = UnsafeWindow::default();
     for h in super::mutex::holds(rec) {
@@ -150,40 +215,43 @@ fn unsafe_window(
         let Some(&end) = ended.get(&session) else {
             continue;
         };
-        if end < h.start_ns || end > h.end_ns {
+        if end > h.end_ns {
             continue;
         }
-        let worker = h.worker.to_string();
+        // A hold told after its session had already ended is unsafe from its
+        // first operation: its window is the whole hold.
+        let granted_dead = end < h.start_ns;
+        let from = end.max(h.start_ns);
         let mut u = UnsafeHold {
+            kind: if granted_dead {
+                "granted-dead"
+            } else {
+                "outlived"
+            }
+            .into(),
             worker: h.worker,
             key: h.key.clone(),
             grant: h.revision,
             session,
             hold_start_ns: h.start_ns,
             session_ended_ns: end,
-            last_op_ns: end,
+            last_op_ns: from,
             window_ms: 0.0,
             reads: 0,
             writes_refused: 0,
             writes_accepted: 0,
         };
-        // The hold's own storage operations after the end, as the storage logged them.
-        let ops = rec.storage.iter().filter(|r| {
-            r.request.client == worker
-                && r.request.key == h.key
-                && r.request.revision == h.revision
-                && r.time_ns > end
-        });
-        for r in ops {
-            u.last_op_ns = u.last_op_ns.max(r.time_ns);
-            match (r.request.op, r.verdict) {
-                (OpKind::Read, _) => u.reads += 1,
-                (OpKind::Write, Verdict::Accepted) => u.writes_accepted += 1,
-                (OpKind::Write, _) => u.writes_refused += 1,
+        for op in hold_ops(rec, h.worker, &h.key, h.revision, from, storage_log) {
+            u.last_op_ns = u.last_op_ns.max(op.time_ns);
+            match (op.read, op.accepted) {
+                (true, _) => u.reads += 1,
+                (false, true) => u.writes_accepted += 1,
+                (false, false) => u.writes_refused += 1,
             }
         }
-        u.window_ms = (u.last_op_ns - end) as f64 / 1e6;
+        u.window_ms = (u.last_op_ns - from) as f64 / 1e6;
         w.holds += 1;
+        w.granted_dead += u64::from(granted_dead);
         w.reads += u.reads;
         w.writes_refused += u.writes_refused;
         w.writes_accepted += u.writes_accepted;
@@ -275,16 +343,25 @@ mod tests {
                 worker: Some(1),
             },
         ]);
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert!(f.observed);
         assert_eq!(f.grant_validity.grants, 2);
         assert_eq!(f.grant_validity.after_session_end, 1);
         assert_eq!(f.grant_validity.examples[0].worker, 1);
-        assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
+        // Worker 0's hold outlived its session; worker 1's was granted on an
+        // ended one (its window is the whole hold, with no operation: 0 ms).
+        assert_eq!(f.unsafe_window.holds, 2, "{:?}", f.unsafe_window);
+        assert_eq!(f.unsafe_window.granted_dead, 1, "{:?}", f.unsafe_window);
         let u = &f.unsafe_window.windows[0];
+        assert_eq!(u.kind, "outlived");
         assert_eq!((u.reads, u.writes_refused, u.writes_accepted), (1, 1, 0));
         assert_eq!(u.last_op_ns, 180);
         assert!((u.window_ms - 80e-6).abs() < 1e-9);
+        let d = &f.unsafe_window.windows[1];
+        assert_eq!(
+            (d.kind.as_str(), d.worker, d.last_op_ns),
+            ("granted-dead", 1, 300)
+        );
     }
 
     #[test]
@@ -320,7 +397,7 @@ mod tests {
                 worker: Some(0),
             },
         ]);
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
         let u = &f.unsafe_window.windows[0];
         assert_eq!((u.session, u.session_ended_ns), (3, 100));
@@ -330,7 +407,7 @@ mod tests {
     #[test]
     fn without_observations_there_are_no_findings() {
         let rec = Recorded::new(Vec::new(), Vec::new());
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert!(!f.observed);
         assert_eq!(f.unsafe_window.holds, 0);
     }
