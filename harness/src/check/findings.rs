@@ -4,9 +4,12 @@
 //!
 //! - grant validity: an acquisition the service answered ("granted") after the
 //!   session it was made under had already ended at the service;
-//! - unsafe window: a hold whose session ended while the holder went on; the
-//!   window runs from the end to the holder's last storage operation of that hold
-//!   (as the storage logged it), and counts what the fence did with them.
+//! - unsafe window: a hold whose session ended while the holder went on
+//!   (`outlived`: the window runs from the end to the holder's last storage
+//!   operation of that hold), or had already ended when the grant was told
+//!   (`granted-dead`: unsafe from its first operation, the window is the whole
+//!   hold); it counts what the fence did with those operations, as the storage
+//!   logged them, or as the workers recorded them when there is no log.
 //!
 //! A grant's session is the one the service created its entry under, as
 //! observed (`Created`), not the one the worker was told of: an external client
