@@ -134,15 +134,26 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     if f.observed {
         let g = &f.grant_validity;
         let u = &f.unsafe_window;
-        let used = g.after_session_end.saturating_sub(g.caught_by_client);
+        let used = g
+            .after_session_end
+            .saturating_sub(g.caught_by_client)
+            .saturating_sub(g.during_client_fault);
         let _ = writeln!(
             s,
-            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client)",
+            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client{})",
             "grant-valid",
             fencecheck_reports::Validity::from_bool(used == 0).to_string(),
             g.after_session_end,
             g.grants,
-            g.caught_by_client
+            g.caught_by_client,
+            if g.during_client_fault > 0 {
+                format!(
+                    ", {} told while a fault froze or cut off the client",
+                    g.during_client_fault
+                )
+            } else {
+                String::new()
+            }
         );
         let lb = u.lower_bound.is_some();
         let _ = writeln!(

@@ -31,6 +31,12 @@ pub struct GrantValidity {
     /// already gone when the client read it right after `Lock`); the others it
     /// went on to use.
     pub caught_by_client: u64,
+    /// Of those the client did not catch, how many it was told while it was
+    /// itself frozen or cut off by a fault aimed at it (a pause or partition of
+    /// that worker): its "told" time is the fault's, not the service's doing. The
+    /// `late_grants` expectation does not count them.
+    #[serde(default)]
+    pub during_client_fault: u64,
     /// Up to 50.
     pub examples: Vec<LateGrant>,
 }
@@ -47,6 +53,9 @@ pub struct LateGrant {
     /// When the client was told it held the lock.
     pub told_ns: u64,
     pub caught_by_client: bool,
+    /// Told while a pause or partition aimed at this worker was on.
+    #[serde(default)]
+    pub during_client_fault: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -99,7 +99,11 @@ fn grant_validity(
     sessions: &EntrySessions,
 ) -> GrantValidity {
     let mut g = GrantValidity::default();
+    let mut invoked: HashMap<u32, u64> = HashMap::new();
     for e in rec.events.iter().filter(|e| e.f == F::Acquire) {
+        if let (EventType::Invoke, Some(w)) = (e.kind, e.process.worker()) {
+            invoked.insert(w, e.time_ns);
+        }
         let told = match e.kind {
             EventType::Ok => false,
             EventType::Fail if told_granted(e) => true,
@@ -117,8 +121,12 @@ fn grant_validity(
             continue;
         }
         g.after_session_end += 1;
+        let since = invoked.get(&worker).copied().unwrap_or(e.time_ns);
+        let client_fault = !told && frozen_or_cut(rec, worker, since, e.time_ns);
         if told {
             g.caught_by_client += 1;
+        } else if client_fault {
+            g.during_client_fault += 1;
         }
         if g.examples.len() < MAX_EXAMPLES {
             g.examples.push(LateGrant {
@@ -129,10 +137,33 @@ fn grant_validity(
                 session_ended_ns: end,
                 told_ns: e.time_ns,
                 caught_by_client: told,
+                during_client_fault: client_fault,
             });
         }
     }
     g
+}
+
+/// Was `worker` itself paused or cut off (a `pause` or `partition` whose
+/// recorded detail names it) at some time in `[from, to]`? A grant it was told
+/// then may arrive late through the fault alone.
+fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
+    fn names(v: &serde_json::Value, w: u32) -> bool {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.get("worker").and_then(serde_json::Value::as_u64) == Some(u64::from(w))
+                    || m.values().any(|x| names(x, w))
+            }
+            serde_json::Value::Array(a) => a.iter().any(|x| names(x, w)),
+            _ => false,
+        }
+    }
+    rec.faults.iter().any(|f| {
+        matches!(f.kind.as_str(), "pause" | "partition")
+            && f.start_ns <= to
+            && f.end_ns.unwrap_or(u64::MAX) >= from
+            && names(&f.detail, worker)
+    })
 }
 
 /// Did the service answer "granted" to this failed acquisition (the client then
@@ -405,6 +436,36 @@ mod tests {
         let u = &f.unsafe_window.windows[0];
         assert_eq!((u.session, u.session_ended_ns), (3, 100));
         assert_eq!(u.writes_refused, 1);
+    }
+
+    #[test]
+    fn a_late_grant_told_while_the_client_was_paused_is_the_faults_doing() {
+        let events = vec![
+            ev(120, 1, EventType::Invoke, F::Acquire, 2, None),
+            ev(300, 1, EventType::Ok, F::Acquire, 2, Some(9)),
+            ev(400, 1, EventType::Invoke, F::Release, 2, Some(9)),
+        ];
+        let mut rec = Recorded::new(events, Vec::new());
+        rec.observations = Some(vec![Observation::SessionEnded {
+            time_ns: 250,
+            session: 2,
+            worker: Some(1),
+        }]);
+        let late = check(&rec, true).grant_validity;
+        assert_eq!((late.after_session_end, late.during_client_fault), (1, 0));
+        // The same grant, told right after a pause of worker 1 ended.
+        rec.faults = vec![fencecheck_reports::FaultWindow {
+            id: 1,
+            kind: "pause".into(),
+            target: "holder".into(),
+            start_ns: 200,
+            end_ns: Some(299),
+            outcome: "ok".into(),
+            detail: serde_json::json!({"target": {"workers": [{"worker": 1, "pid": 7}]}}),
+        }];
+        let late = check(&rec, true).grant_validity;
+        assert_eq!((late.after_session_end, late.during_client_fault), (1, 1));
+        assert!(late.examples[0].during_client_fault);
     }
 
     #[test]

@@ -352,7 +352,9 @@ impl Expect {
                 "late_grants",
                 Some(self.late_grants.unwrap_or(zero())),
                 self.late_grants.is_none(),
-                g.after_session_end.saturating_sub(g.caught_by_client),
+                g.after_session_end
+                    .saturating_sub(g.caught_by_client)
+                    .saturating_sub(g.during_client_fault),
             );
             count(
                 &mut out,
