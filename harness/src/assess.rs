@@ -62,17 +62,31 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     }
     let client_errors = client_errors(&rec.events);
 
-    let checks = check::run_all(&rec, scenario.storage.fencing, storage_log);
+    let mut checks = check::run_all(&rec, scenario.storage.fencing, storage_log);
+    let mut findings = check::findings::check(&rec, storage_log);
+    if checks.judged_from.is_some() {
+        // Judged from the client side: say so wherever a count is only a floor.
+        checks.fencing.lower_bound = Some(FENCING_LOWER_BOUND.into());
+        if findings.observed {
+            findings.unsafe_window.lower_bound = Some(UNSAFE_WINDOW_LOWER_BOUND.into());
+        }
+    }
     let keepalive_lost = check::keepalive_lost(&rec.events);
-    let expectations = check::evaluate(&scenario.expect, &checks, keepalive_lost);
+    let expectations = check::evaluate(&scenario.expect, &checks, &findings, keepalive_lost);
     let incomplete = incomplete(&rec, scenario.workload.keys);
+    let before = storage_before(run_dir)?;
     // A run that recorded nothing proves nothing, and a run that never reached its
     // end proves only part: neither passes.
     // A client that broke the protocol never passes (docs/client-protocol.md).
-    let mut passed =
-        expectations.iter().all(|e| e.met) && incomplete.is_none() && client_errors.0 == 0;
+    // Nor does a run that began on a storage holding data: its counts start from
+    // values the run did not write.
+    let mut passed = expectations.iter().all(|e| e.met)
+        && incomplete.is_none()
+        && client_errors.0 == 0
+        && before.is_empty();
     // First, so the terminal's few notes show them.
     problems.splice(0..0, client_errors.1);
+    problems.splice(0..0, before);
     let storage_ops = if storage_log {
         rec.storage.iter().any(|r| r.request.client != "final")
     } else {
@@ -96,13 +110,62 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         expectations,
         checks,
         faults: rec.faults.clone(),
-        findings: check::findings::check(&rec),
+        findings,
         stats: stats(&rec.events),
         problems,
     };
     report.write_json(run_dir)?;
     fencecheck_reports::write_html(run_dir, &report, &timeline(&rec))?;
     Ok(report)
+}
+
+/// The reason the terminal, report.json and report.html give for a fencing count
+/// that is a lower bound.
+pub const FENCING_LOWER_BOUND: &str = "HTTP storage: a write concurrent with the newer \
+    grant's first operation cannot be judged from the client side";
+/// The same for the unsafe window's operation counts.
+pub const UNSAFE_WINDOW_LOWER_BOUND: &str = "HTTP storage: counted from the client history, \
+    only operations sent after the session ended; one in flight at the end is not counted";
+
+/// What the storage held before the run, as the pre-run probe read it
+/// (`storage-before.json`: one entry per workload key). Absent for storages the
+/// harness starts itself, which start empty.
+pub const STORAGE_BEFORE: &str = "storage-before.json";
+
+/// One key as the pre-run probe read it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct KeyBefore {
+    pub key: String,
+    pub value: Option<i64>,
+    pub token: Option<i64>,
+}
+
+/// Problems for every key the storage already held before the run (empty when
+/// it held none, or was not probed).
+fn storage_before(run_dir: &Path) -> Result<Vec<String>> {
+    let path = run_dir.join(STORAGE_BEFORE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<KeyBefore> = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{}: unreadable", path.display()))?;
+    Ok(keys
+        .iter()
+        .filter(|k| k.value.is_some() || k.token.is_some())
+        .map(|k| {
+            let show = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+            format!(
+                "storage not empty before the run: {} held value {}, token {} \
+                 (the checks count from an empty storage; clear it and run again)",
+                k.key,
+                show(k.value),
+                show(k.token)
+            )
+        })
+        .collect())
 }
 
 /// Client errors (`client-error` events) as problem lines naming the worker and

@@ -6,48 +6,93 @@ use std::path::Path;
 
 use fencecheck_reports::Report;
 
+/// The verdict line's reason for a failed run: which problem, or which
+/// expectations (stated or defaulted) were not met.
+fn failure(r: &Report) -> String {
+    if r.problems.iter().any(|p| p.contains(": client error: ")) {
+        return "a lock client broke the protocol (see the notes)".into();
+    }
+    if r.problems
+        .iter()
+        .any(|p| p.starts_with("storage not empty before the run"))
+    {
+        return "the storage held data before the run (see the notes)".into();
+    }
+    let unmet: Vec<String> = r
+        .expectations
+        .iter()
+        .filter(|e| !e.met)
+        .map(|e| {
+            if e.default {
+                format!("{} (default {})", e.name, e.expected)
+            } else {
+                e.name.clone()
+            }
+        })
+        .collect();
+    if unmet.is_empty() {
+        return "nothing was tested (see the notes)".into();
+    }
+    format!("not met: {}", unmet.join(", "))
+}
+
+/// A count with its lower-bound mark: "≥ 3".
+fn floor(n: u64, lower: bool) -> String {
+    if lower {
+        format!("≥ {n}")
+    } else {
+        n.to_string()
+    }
+}
+
 pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let mut s = String::new();
     let c = &r.checks;
-    let _ = writeln!(
-        s,
-        "\n{} — {}",
-        r.run.scenario,
-        if r.incomplete.is_some() {
-            "INCOMPLETE: the run never reached its end (no heal phase, no final reads)"
-        } else if r.passed {
-            "PASS: every expectation met"
-        } else if r.problems.iter().any(|p| p.contains(": client error: ")) {
-            "FAIL: a lock client broke the protocol (see the notes)"
-        } else {
-            "FAIL: an expectation was not met"
-        }
-    );
+    let verdict = if r.incomplete.is_some() {
+        "INCOMPLETE: the run never reached its end (no heal phase, no final reads)".to_string()
+    } else if r.passed {
+        "PASS: every expectation met".to_string()
+    } else {
+        format!("FAIL: {}", failure(r))
+    };
+    let _ = writeln!(s, "\n{} — {verdict}", r.run.scenario);
     if let Some(why) = &r.incomplete {
         let _ = writeln!(s, "  {why}");
     }
     let _ = writeln!(s, "  {:<13} {:<8} counts", "check", "verdict");
+    let fence_lb = c.fencing.lower_bound.as_deref();
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} writes: {} stale accepted, {} stale rejected, {} fresh rejected",
+        "  {:<13} {:<8} {} writes: {} stale accepted, {} stale rejected, {} fresh rejected{}",
         "fencing",
         c.fencing.valid.to_string(),
         c.fencing.writes,
-        c.fencing.stale_accepted,
+        floor(c.fencing.stale_accepted, fence_lb.is_some()),
         c.fencing.stale_rejected,
-        c.fencing.fresh_rejected
+        c.fencing.fresh_rejected,
+        if fence_lb.is_some() {
+            " (lower bound: HTTP storage)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} overlapping holds in {} holds",
+        "  {:<13} {:<8} {} overlapping holds in {} holds (informational: a lease lock is not a mutex)",
         "mutex",
         c.mutex.valid.to_string(),
         c.mutex.overlaps,
         c.mutex.holds
     );
+    let inconsistent = r
+        .expectations
+        .iter()
+        .find(|e| e.name == "lost_updates")
+        .and_then(|e| e.actual.split_once("(counter inconsistent: "))
+        .map(|(_, why)| format!(" — inconsistent: {}", why.trim_end_matches(')')));
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} acknowledged increments, {} lost{}",
+        "  {:<13} {:<8} {} acknowledged increments, {} lost{}{}",
         "counter",
         c.counter.valid.to_string(),
         c.counter.acknowledged,
@@ -55,7 +100,8 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         match c.counter.lost_fraction {
             Some(f) if f > 0.0 => format!(" ({:.1}% of the acknowledged)", f * 100.0),
             _ => String::new(),
-        }
+        },
+        inconsistent.unwrap_or_default()
     );
     if let Some(l) = &c.linearizable {
         let _ = writeln!(
@@ -88,18 +134,59 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     if f.observed {
         let g = &f.grant_validity;
         let u = &f.unsafe_window;
+        let used = g
+            .after_session_end
+            .saturating_sub(g.caught_by_client)
+            .saturating_sub(g.during_client_fault);
         let _ = writeln!(
             s,
-            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client)",
-            "grant-valid", "finding", g.after_session_end, g.grants, g.caught_by_client
+            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client{})",
+            "grant-valid",
+            fencecheck_reports::Validity::from_bool(used == 0).to_string(),
+            g.after_session_end,
+            g.grants,
+            g.caught_by_client,
+            if g.during_client_fault > 0 {
+                format!(
+                    ", {} told while a fault froze or cut off the client",
+                    g.during_client_fault
+                )
+            } else {
+                String::new()
+            }
         );
+        let lb = u.lower_bound.is_some();
         let _ = writeln!(
             s,
-            "  {:<13} {:<8} {} holds outlived their session: {} writes refused, {} accepted, {} reads; \
-             window p50 {:.0} ms, max {:.0} ms",
-            "unsafe-window", "finding", u.holds, u.writes_refused, u.writes_accepted, u.reads,
-            u.p50_ms, u.max_ms
+            "  {:<13} {:<8} {} holds unsafe ({} outlived their session, {} granted on an ended one): \
+             {} writes refused, {} accepted, {} reads; window p50 {}{:.0} ms, max {}{:.0} ms{}",
+            "unsafe-window",
+            "finding",
+            u.holds,
+            u.holds - u.granted_dead.min(u.holds),
+            u.granted_dead,
+            floor(u.writes_refused, lb),
+            floor(u.writes_accepted, lb),
+            floor(u.reads, lb),
+            if lb { "≥ " } else { "" },
+            u.p50_ms,
+            if lb { "≥ " } else { "" },
+            u.max_ms,
+            if lb { " (lower bound: HTTP storage)" } else { "" }
         );
+    }
+    // The one-line reason for every count marked as a lower bound.
+    let mut reasons: Vec<&str> = Vec::new();
+    for why in [fence_lb, f.unsafe_window.lower_bound.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        if !reasons.contains(&why) {
+            reasons.push(why);
+        }
+    }
+    for why in reasons {
+        let _ = writeln!(s, "  ≥ lower bound — {why}");
     }
     if !r.expectations.is_empty() {
         let _ = writeln!(
@@ -110,11 +197,12 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         for e in &r.expectations {
             let _ = writeln!(
                 s,
-                "  {:<20} {:<9} {:<7} {}",
+                "  {:<20} {:<9} {:<7} {}{}",
                 e.name,
                 e.expected,
                 e.actual,
-                if e.met { "met" } else { "NOT MET" }
+                if e.met { "met" } else { "NOT MET" },
+                if e.default { " (default)" } else { "" }
             );
         }
     }

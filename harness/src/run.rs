@@ -141,7 +141,10 @@ pub async fn run(
         let file = scenario_path.display().to_string();
         crate::scenario::check_backend(&scenario, chosen.kind, &text, &file)?;
     }
-    let external = external_storage(&scenario, scenario_path).await?;
+    let (external, before) = match external_storage(&scenario, scenario_path).await? {
+        Some((addr, path, before)) => (Some((addr, path)), Some(before)),
+        None => (None, None),
+    };
     let run = Run {
         path: scenario_path,
         s: &scenario,
@@ -160,6 +163,13 @@ pub async fn run(
         .with_context(|| format!("cannot create run directory {}", run.dir.display()))?;
     std::fs::write(run.dir.join(rundir::SCENARIO), scenario.to_toml())
         .context("cannot write the resolved scenario")?;
+    if let Some(before) = before {
+        // What the user's storage held before the run: a key it already held is a
+        // problem that fails the run (assess reads this, as `check` does later).
+        let text = serde_json::to_string_pretty(&before).context("storage-before")?;
+        std::fs::write(run.dir.join(assess::STORAGE_BEFORE), text + "\n")
+            .context("cannot write the pre-run storage state")?;
+    }
     run.say(&format!(
         "scenario {} (seed {seed}) → {}",
         scenario.name,
@@ -207,12 +217,14 @@ pub async fn run(
 }
 
 /// A storage of the user's own (`kind = "http"`): its address and path, once it has
-/// answered a protocol probe. Unreachable or not speaking the protocol is bad
-/// input, found before anything starts (exit 2, naming the `url` line).
+/// answered a protocol probe of every workload key, and what each key held.
+/// Unreachable or not speaking the protocol is bad input, found before anything
+/// starts (exit 2, naming the `url` line); a key that holds data is not (the run
+/// goes on and fails on it, naming the key).
 async fn external_storage(
     s: &Scenario,
     scenario_path: &Path,
-) -> Result<Option<(std::net::SocketAddr, String)>, RunError> {
+) -> Result<Option<(std::net::SocketAddr, String, Vec<assess::KeyBefore>)>, RunError> {
     let (StorageKind::Http, Some(url)) = (s.storage.kind, s.storage.url.as_deref()) else {
         return Ok(None);
     };
@@ -229,10 +241,19 @@ async fn external_storage(
         .next()
         .ok_or_else(|| bad(format!("{host} resolves to no address")))?;
     let direct = format!("http://{addr}{path}");
-    crate::resource::fencecheck::probe(&direct, Duration::from_secs(5))
-        .await
-        .map_err(|e| bad(format!("no protocol answer from {direct}: {e:#}")))?;
-    Ok(Some((addr, path)))
+    let answers =
+        crate::resource::fencecheck::probe(&direct, Duration::from_secs(5), s.workload.keys)
+            .await
+            .map_err(|e| bad(format!("no protocol answer from {direct}: {e:#}")))?;
+    let before = answers
+        .into_iter()
+        .map(|(key, a)| assess::KeyBefore {
+            key,
+            value: a.value,
+            token: a.token,
+        })
+        .collect();
+    Ok(Some((addr, path, before)))
 }
 
 /// Workers, observer and nemesis against a started backend. Everything started

@@ -90,6 +90,24 @@ fn naive_client_loses_acknowledged_increments() {
     assert_eq!(n(&g["caught_by_client"]), 0, "{g}");
     // And it went on acquiring under sessions it knew were lost.
     assert!(grants_under_lost_sessions(&dir.path().join("run")) >= 1);
+    // Every grant it used after its session had ended is an unsafe window of the
+    // granted-dead kind: unsafe from its first operation.
+    let u = &r["findings"]["unsafe_window"];
+    let used_late = n(&g["after_session_end"]) - n(&g["caught_by_client"]);
+    assert!(n(&u["granted_dead"]) >= 1, "{u}");
+    assert!(n(&u["granted_dead"]) <= used_late, "{u} vs {g}");
+    let kinds: Vec<&str> = u["windows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .filter_map(|w| w["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"granted-dead"), "{u}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "granted-dead").count() as u64,
+        n(&u["granted_dead"]),
+        "{u}"
+    );
 }
 
 #[test]

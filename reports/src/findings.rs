@@ -31,6 +31,12 @@ pub struct GrantValidity {
     /// already gone when the client read it right after `Lock`); the others it
     /// went on to use.
     pub caught_by_client: u64,
+    /// Of those the client did not catch, how many it was told while it was
+    /// itself frozen or cut off by a fault aimed at it (a pause or partition of
+    /// that worker): its "told" time is the fault's, not the service's doing. The
+    /// `late_grants` expectation does not count them.
+    #[serde(default)]
+    pub during_client_fault: u64,
     /// Up to 50.
     pub examples: Vec<LateGrant>,
 }
@@ -47,12 +53,21 @@ pub struct LateGrant {
     /// When the client was told it held the lock.
     pub told_ns: u64,
     pub caught_by_client: bool,
+    /// Told while a pause or partition aimed at this worker was on.
+    #[serde(default)]
+    pub during_client_fault: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct UnsafeWindow {
-    /// Holds whose session ended at the service before the holder let go.
+    /// Holds whose session ended at the service before the holder let go, or had
+    /// already ended when the grant was told (`granted_dead`).
     pub holds: u64,
+    /// Of those, holds granted on a session that had already ended: unsafe from
+    /// their first operation (the window is the whole hold). The others outlived
+    /// their session.
+    #[serde(default)]
+    pub granted_dead: u64,
     /// Storage operations those holders made after their session ended.
     pub reads: u64,
     pub writes_refused: u64,
@@ -64,10 +79,22 @@ pub struct UnsafeWindow {
     pub max_ms: f64,
     /// Every such hold (up to 200), longest first.
     pub windows: Vec<UnsafeHold>,
+    /// Present when the operation counts are lower bounds (no storage log: counted
+    /// from the client history), with the one-line reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<String>,
+}
+
+fn outlived() -> String {
+    "outlived".into()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UnsafeHold {
+    /// `outlived` (the session ended during the hold) or `granted-dead` (it had
+    /// ended before the grant was told: the window is the whole hold).
+    #[serde(default = "outlived")]
+    pub kind: String,
     pub worker: u32,
     pub key: String,
     pub grant: Option<i64>,

@@ -171,6 +171,10 @@ pub struct Expectation {
     pub expected: String,
     pub actual: String,
     pub met: bool,
+    /// `true` when `[expect]` did not state it: a safety check's default (it
+    /// must hold). Absent (false) in reports written before defaults existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -243,6 +247,10 @@ pub struct FencingCheck {
     pub violations: Vec<StaleWrite>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fresh_rejected_examples: Vec<WriteRef>,
+    /// Present when `stale_accepted` is a lower bound (no storage log: judged from
+    /// the client history), with the one-line reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<String>,
 }
 
 impl FencingCheck {
@@ -259,6 +267,7 @@ impl FencingCheck {
             unjudged: 0,
             violations: Vec::new(),
             fresh_rejected_examples: Vec::new(),
+            lower_bound: None,
         }
     }
 }

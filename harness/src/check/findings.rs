@@ -4,9 +4,12 @@
 //!
 //! - grant validity: an acquisition the service answered ("granted") after the
 //!   session it was made under had already ended at the service;
-//! - unsafe window: a hold whose session ended while the holder went on; the
-//!   window runs from the end to the holder's last storage operation of that hold
-//!   (as the storage logged it), and counts what the fence did with them.
+//! - unsafe window: a hold whose session ended while the holder went on
+//!   (`outlived`: the window runs from the end to the holder's last storage
+//!   operation of that hold), or had already ended when the grant was told
+//!   (`granted-dead`: unsafe from its first operation, the window is the whole
+//!   hold); it counts what the fence did with those operations, as the storage
+//!   logged them, or as the workers recorded them when there is no log.
 //!
 //! A grant's session is the one the service created its entry under, as
 //! observed (`Created`), not the one the worker was told of: an external client
@@ -25,7 +28,10 @@ use crate::record::observe::Observation;
 const MAX_EXAMPLES: usize = 50;
 const MAX_WINDOWS: usize = 200;
 
-pub fn check(rec: &Recorded) -> Findings {
+/// `storage_log`: whether the storage kept a log; without one the unsafe
+/// windows' operations are counted from the client history (a lower bound the
+/// report marks).
+pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
     let Some(obs) = &rec.observations else {
         return Findings::default();
     };
@@ -38,7 +44,7 @@ pub fn check(rec: &Recorded) -> Findings {
             .filter(|o| matches!(o, Observation::Gap { .. }))
             .count() as u64,
         grant_validity: grant_validity(rec, &ended, &sessions),
-        unsafe_window: unsafe_window(rec, &ended, &sessions),
+        unsafe_window: unsafe_window(rec, &ended, &sessions, storage_log),
     }
 }
 
@@ -93,7 +99,11 @@ fn grant_validity(
     sessions: &EntrySessions,
 ) -> GrantValidity {
     let mut g = GrantValidity::default();
+    let mut invoked: HashMap<u32, u64> = HashMap::new();
     for e in rec.events.iter().filter(|e| e.f == F::Acquire) {
+        if let (EventType::Invoke, Some(w)) = (e.kind, e.process.worker()) {
+            invoked.insert(w, e.time_ns);
+        }
         let told = match e.kind {
             EventType::Ok => false,
             EventType::Fail if told_granted(e) => true,
@@ -111,8 +121,12 @@ fn grant_validity(
             continue;
         }
         g.after_session_end += 1;
+        let since = invoked.get(&worker).copied().unwrap_or(e.time_ns);
+        let client_fault = !told && frozen_or_cut(rec, worker, since, e.time_ns);
         if told {
             g.caught_by_client += 1;
+        } else if client_fault {
+            g.during_client_fault += 1;
         }
         if g.examples.len() < MAX_EXAMPLES {
             g.examples.push(LateGrant {
@@ -123,10 +137,33 @@ fn grant_validity(
                 session_ended_ns: end,
                 told_ns: e.time_ns,
                 caught_by_client: told,
+                during_client_fault: client_fault,
             });
         }
     }
     g
+}
+
+/// Was `worker` itself paused or cut off (a `pause` or `partition` whose
+/// recorded detail names it) at some time in `[from, to]`? A grant it was told
+/// then may arrive late through the fault alone.
+fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
+    fn names(v: &serde_json::Value, w: u32) -> bool {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.get("worker").and_then(serde_json::Value::as_u64) == Some(u64::from(w))
+                    || m.values().any(|x| names(x, w))
+            }
+            serde_json::Value::Array(a) => a.iter().any(|x| names(x, w)),
+            _ => false,
+        }
+    }
+    rec.faults.iter().any(|f| {
+        matches!(f.kind.as_str(), "pause" | "partition")
+            && f.start_ns <= to
+            && f.end_ns.unwrap_or(u64::MAX) >= from
+            && names(&f.detail, worker)
+    })
 }
 
 /// Did the service answer "granted" to this failed acquisition (the client then
@@ -137,10 +174,72 @@ fn told_granted(e: &crate::record::history::Event) -> bool {
         .is_some_and(|d| d.get("told_granted").is_some())
 }
 
+/// A storage operation of a hold as the window counts it.
+struct HoldOp {
+    time_ns: u64,
+    read: bool,
+    accepted: bool,
+}
+
+/// The operations of one worker's hold (key, grant) that began after `from`:
+/// from the storage's log when there is one, else from the client history
+/// (invoked after `from`, answered: a lower bound).
+fn hold_ops(
+    rec: &Recorded,
+    worker: u32,
+    key: &str,
+    grant: Option<i64>,
+    from: u64,
+    storage_log: bool,
+) -> Vec<HoldOp> {
+    if storage_log {
+        let w = worker.to_string();
+        return rec
+            .storage
+            .iter()
+            .filter(|r| {
+                r.request.client == w
+                    && r.request.key == key
+                    && r.request.revision == grant
+                    && r.time_ns > from
+            })
+            .map(|r| HoldOp {
+                time_ns: r.time_ns,
+                read: r.request.op == OpKind::Read,
+                accepted: r.verdict == Verdict::Accepted,
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    let mut invoked: Option<u64> = None;
+    for e in rec.events.iter().filter(|e| {
+        e.process.worker() == Some(worker)
+            && matches!(e.f, F::Read | F::Write)
+            && e.key.as_deref() == Some(key)
+            && e.grant == grant
+    }) {
+        match e.kind {
+            EventType::Invoke => invoked = Some(e.time_ns),
+            EventType::Ok | EventType::Fail => {
+                if invoked.take().is_some_and(|t| t > from) {
+                    out.push(HoldOp {
+                        time_ns: e.time_ns,
+                        read: e.f == F::Read,
+                        accepted: e.f == F::Write && e.kind == EventType::Ok,
+                    });
+                }
+            }
+            _ => invoked = None,
+        }
+    }
+    out
+}
+
 fn unsafe_window(
     rec: &Recorded,
     ended: &HashMap<i64, u64>,
     sessions: &EntrySessions,
+    storage_log: bool,
 ) -> UnsafeWindow {
     let mut w = UnsafeWindow::default();
     for h in super::mutex::holds(rec) {
@@ -150,40 +249,43 @@ fn unsafe_window(
         let Some(&end) = ended.get(&session) else {
             continue;
         };
-        if end < h.start_ns || end > h.end_ns {
+        if end > h.end_ns {
             continue;
         }
-        let worker = h.worker.to_string();
+        // A hold told after its session had already ended is unsafe from its
+        // first operation: its window is the whole hold.
+        let granted_dead = end < h.start_ns;
+        let from = end.max(h.start_ns);
         let mut u = UnsafeHold {
+            kind: if granted_dead {
+                "granted-dead"
+            } else {
+                "outlived"
+            }
+            .into(),
             worker: h.worker,
             key: h.key.clone(),
             grant: h.revision,
             session,
             hold_start_ns: h.start_ns,
             session_ended_ns: end,
-            last_op_ns: end,
+            last_op_ns: from,
             window_ms: 0.0,
             reads: 0,
             writes_refused: 0,
             writes_accepted: 0,
         };
-        // The hold's own storage operations after the end, as the storage logged them.
-        let ops = rec.storage.iter().filter(|r| {
-            r.request.client == worker
-                && r.request.key == h.key
-                && r.request.revision == h.revision
-                && r.time_ns > end
-        });
-        for r in ops {
-            u.last_op_ns = u.last_op_ns.max(r.time_ns);
-            match (r.request.op, r.verdict) {
-                (OpKind::Read, _) => u.reads += 1,
-                (OpKind::Write, Verdict::Accepted) => u.writes_accepted += 1,
-                (OpKind::Write, _) => u.writes_refused += 1,
+        for op in hold_ops(rec, h.worker, &h.key, h.revision, from, storage_log) {
+            u.last_op_ns = u.last_op_ns.max(op.time_ns);
+            match (op.read, op.accepted) {
+                (true, _) => u.reads += 1,
+                (false, true) => u.writes_accepted += 1,
+                (false, false) => u.writes_refused += 1,
             }
         }
-        u.window_ms = (u.last_op_ns - end) as f64 / 1e6;
+        u.window_ms = (u.last_op_ns - from) as f64 / 1e6;
         w.holds += 1;
+        w.granted_dead += u64::from(granted_dead);
         w.reads += u.reads;
         w.writes_refused += u.writes_refused;
         w.writes_accepted += u.writes_accepted;
@@ -275,16 +377,25 @@ mod tests {
                 worker: Some(1),
             },
         ]);
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert!(f.observed);
         assert_eq!(f.grant_validity.grants, 2);
         assert_eq!(f.grant_validity.after_session_end, 1);
         assert_eq!(f.grant_validity.examples[0].worker, 1);
-        assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
+        // Worker 0's hold outlived its session; worker 1's was granted on an
+        // ended one (its window is the whole hold, with no operation: 0 ms).
+        assert_eq!(f.unsafe_window.holds, 2, "{:?}", f.unsafe_window);
+        assert_eq!(f.unsafe_window.granted_dead, 1, "{:?}", f.unsafe_window);
         let u = &f.unsafe_window.windows[0];
+        assert_eq!(u.kind, "outlived");
         assert_eq!((u.reads, u.writes_refused, u.writes_accepted), (1, 1, 0));
         assert_eq!(u.last_op_ns, 180);
         assert!((u.window_ms - 80e-6).abs() < 1e-9);
+        let d = &f.unsafe_window.windows[1];
+        assert_eq!(
+            (d.kind.as_str(), d.worker, d.last_op_ns),
+            ("granted-dead", 1, 300)
+        );
     }
 
     #[test]
@@ -320,7 +431,7 @@ mod tests {
                 worker: Some(0),
             },
         ]);
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert_eq!(f.unsafe_window.holds, 1, "{:?}", f.unsafe_window);
         let u = &f.unsafe_window.windows[0];
         assert_eq!((u.session, u.session_ended_ns), (3, 100));
@@ -328,9 +439,39 @@ mod tests {
     }
 
     #[test]
+    fn a_late_grant_told_while_the_client_was_paused_is_the_faults_doing() {
+        let events = vec![
+            ev(120, 1, EventType::Invoke, F::Acquire, 2, None),
+            ev(300, 1, EventType::Ok, F::Acquire, 2, Some(9)),
+            ev(400, 1, EventType::Invoke, F::Release, 2, Some(9)),
+        ];
+        let mut rec = Recorded::new(events, Vec::new());
+        rec.observations = Some(vec![Observation::SessionEnded {
+            time_ns: 250,
+            session: 2,
+            worker: Some(1),
+        }]);
+        let late = check(&rec, true).grant_validity;
+        assert_eq!((late.after_session_end, late.during_client_fault), (1, 0));
+        // The same grant, told right after a pause of worker 1 ended.
+        rec.faults = vec![fencecheck_reports::FaultWindow {
+            id: 1,
+            kind: "pause".into(),
+            target: "holder".into(),
+            start_ns: 200,
+            end_ns: Some(299),
+            outcome: "ok".into(),
+            detail: serde_json::json!({"target": {"workers": [{"worker": 1, "pid": 7}]}}),
+        }];
+        let late = check(&rec, true).grant_validity;
+        assert_eq!((late.after_session_end, late.during_client_fault), (1, 1));
+        assert!(late.examples[0].during_client_fault);
+    }
+
+    #[test]
     fn without_observations_there_are_no_findings() {
         let rec = Recorded::new(Vec::new(), Vec::new());
-        let f = check(&rec);
+        let f = check(&rec, true);
         assert!(!f.observed);
         assert_eq!(f.unsafe_window.holds, 0);
     }

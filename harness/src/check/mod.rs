@@ -11,11 +11,11 @@ pub mod observed;
 pub mod resolve;
 pub mod token;
 
-use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom, Validity};
+use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom};
 use fencecheck_storage::LogRecord;
 
 use crate::record::history::{Event, EventType, Process, F};
-use crate::scenario::{Count, Expect};
+use crate::scenario::Expect;
 
 /// Everything the checkers read, loaded from a run directory.
 pub struct Recorded {
@@ -128,60 +128,15 @@ pub fn run_all(
     }
 }
 
-/// Compares the checks with the scenario's `[expect]`. Unset expectations are not
-/// judged (the checks are still reported).
-pub fn evaluate(expect: &Expect, checks: &Checks, keepalive_lost: u64) -> Vec<Expectation> {
-    let mut out = Vec::new();
-    let mut count = |name: &str, want: Option<Count>, actual: u64| {
-        if let Some(want) = want {
-            out.push(Expectation {
-                name: name.into(),
-                expected: want.to_string(),
-                actual: actual.to_string(),
-                met: want.matches(actual),
-            });
-        }
-    };
-    count(
-        "fencing_violations",
-        Some(expect.fencing_violations),
-        checks.fencing.stale_accepted,
-    );
-    count(
-        "stale_rejected",
-        expect.stale_rejected,
-        checks.fencing.stale_rejected,
-    );
-    count(
-        "fresh_rejected",
-        expect.fresh_rejected,
-        checks.fencing.fresh_rejected,
-    );
-    count(
-        "mutex_overlaps",
-        expect.mutex_overlaps,
-        checks.mutex.overlaps,
-    );
-    count("lost_updates", expect.lost_updates, checks.counter.lost);
-    count("keepalive_lost", expect.keepalive_lost, keepalive_lost);
-    if let Some(want) = expect.linearizable {
-        let actual = checks
-            .linearizable
-            .as_ref()
-            .map(|l| l.valid)
-            .unwrap_or(Validity::Unknown);
-        out.push(Expectation {
-            name: "linearizable".into(),
-            expected: want.to_string(),
-            actual: match actual {
-                Validity::Valid => "true".into(),
-                Validity::Invalid => "false".into(),
-                Validity::Unknown => "unknown".into(),
-            },
-            met: actual == Validity::from_bool(want),
-        });
-    }
-    out
+/// Compares the checks and findings with the scenario's `[expect]`, its unset
+/// safety expectations judged by their defaults (`Expect::judge`).
+pub fn evaluate(
+    expect: &Expect,
+    checks: &Checks,
+    findings: &fencecheck_reports::Findings,
+    keepalive_lost: u64,
+) -> Vec<Expectation> {
+    expect.judge(checks, findings, keepalive_lost)
 }
 
 /// Counts keepalive losses in the history.

@@ -54,35 +54,62 @@ pub async fn call(http: &reqwest::Client, url: &str, req: &Request) -> Result<An
     };
     if !fits {
         bail!(
-            "protocol: a {:?} answered with verdict {:?}",
-            req.op,
-            a.verdict
+            "protocol: a {} answered with verdict {}",
+            op_word(req.op),
+            verdict_word(a.verdict)
         );
     }
     if req.op == OpKind::Write && a.verdict == Verdict::Accepted && a.value != req.val {
+        let show = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
         bail!(
-            "protocol: write of {:?} accepted but the answer's value is {:?}",
-            req.val,
-            a.value
+            "protocol: a write of {} accepted but the answer's value is {}",
+            show(req.val),
+            show(a.value)
         );
     }
     Ok(a)
 }
 
-/// Before a run against a service of the user's own: one tokenless read of `k0`,
-/// straight to `url`, must be answered by the protocol. A tokenless read changes
-/// nothing in a storage that follows the protocol.
-pub async fn probe(url: &str, timeout: Duration) -> Result<()> {
+/// The protocol's spelling of an operation (`docs/storage-protocol.md`).
+pub fn op_word(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Read => "read",
+        OpKind::Write => "write",
+    }
+}
+
+/// The protocol's spelling of a verdict.
+pub fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Ok => "ok",
+        Verdict::Accepted => "accepted",
+        Verdict::RejectedStale => "rejected-stale",
+    }
+}
+
+/// Before a run against a service of the user's own: one tokenless read of every
+/// key the workload will use (`keys`: `k0`, `k1`, …), straight to `url`, each
+/// answered by the protocol; returns each key's answer (what it held). A
+/// tokenless read changes nothing in a storage that follows the protocol.
+pub async fn probe(url: &str, timeout: Duration, keys: u32) -> Result<Vec<(String, Answer)>> {
     let http = reqwest::Client::builder().timeout(timeout).build()?;
-    let req = Request {
-        op: OpKind::Read,
-        key: "k0".into(),
-        val: None,
-        token: None,
-        revision: None,
-        lease: None,
-        client: "probe".into(),
-        request_id: 0,
-    };
-    call(&http, url, &req).await.map(|_| ())
+    let mut out = Vec::new();
+    for k in 0..keys {
+        let key = format!("k{k}");
+        let req = Request {
+            op: OpKind::Read,
+            key: key.clone(),
+            val: None,
+            token: None,
+            revision: None,
+            lease: None,
+            client: "probe".into(),
+            request_id: u64::from(k),
+        };
+        let a = call(&http, url, &req)
+            .await
+            .with_context(|| format!("reading {key}"))?;
+        out.push((key, a));
+    }
+    Ok(out)
 }

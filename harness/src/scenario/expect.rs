@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use fencecheck_reports::{Checks, CounterCheck, Expectation, Findings, Validity};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,8 +76,68 @@ impl Count {
     }
 }
 
-/// What the run must show. Unset counts are not checked, except
-/// `fencing_violations`, which defaults to 0: that is what fencing promises.
+/// A check's verdict as `[expect]` states it: `true`/`"valid"` (the check must
+/// hold — the default), `false`/`"violated"` (it must fail: a negative control
+/// about exactly that), or `"any"` (either, or undecided).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "HoldsRepr", into = "HoldsRepr")]
+pub enum Holds {
+    Valid,
+    Violated,
+    Any,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum HoldsRepr {
+    B(bool),
+    S(String),
+}
+
+impl TryFrom<HoldsRepr> for Holds {
+    type Error = String;
+    fn try_from(r: HoldsRepr) -> Result<Self, String> {
+        match r {
+            HoldsRepr::B(true) => Ok(Holds::Valid),
+            HoldsRepr::B(false) => Ok(Holds::Violated),
+            HoldsRepr::S(s) => match s.trim() {
+                "valid" | "true" => Ok(Holds::Valid),
+                "violated" | "invalid" | "false" => Ok(Holds::Violated),
+                "any" => Ok(Holds::Any),
+                _ => Err(format!(
+                    "{s:?}: expected true (\"valid\"), false (\"violated\") or \"any\""
+                )),
+            },
+        }
+    }
+}
+
+impl From<Holds> for HoldsRepr {
+    fn from(h: Holds) -> HoldsRepr {
+        match h {
+            Holds::Valid => HoldsRepr::B(true),
+            Holds::Violated => HoldsRepr::B(false),
+            Holds::Any => HoldsRepr::S("any".into()),
+        }
+    }
+}
+
+impl fmt::Display for Holds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Holds::Valid => "valid",
+            Holds::Violated => "violated",
+            Holds::Any => "any",
+        })
+    }
+}
+
+/// What the run must show. Every safety check must hold unless a field here says
+/// otherwise: an unset `fencing_violations`, `lost_updates`, `linearizable`,
+/// `token_regressions`, `token_repeats` (when a token was sent) and `late_grants`
+/// (when the service was observed) is judged as 0 / valid. The other counts are
+/// judged only when set; `mutex_overlaps` never defaults, because a lease lock is
+/// not a mutex: overlapping holds under faults are what fencing is for.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -91,12 +152,30 @@ pub struct Expect {
     pub fresh_rejected: Option<Count>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutex_overlaps: Option<Count>,
+    /// Lost increments; unset means 0, and a counter whose record is inconsistent
+    /// (a final value above what the run wrote) fails it too unless it is `"any"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_updates: Option<Count>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive_lost: Option<Count>,
+    /// The `linearizable` check; unset means it must be valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub linearizable: Option<bool>,
+    pub linearizable: Option<Holds>,
+    /// Grants whose token is lower than an earlier grant's (the `token` check);
+    /// unset means 0 when a token was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_regressions: Option<Count>,
+    /// Grants whose token an earlier grant already had; unset means 0 when a
+    /// token was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_repeats: Option<Count>,
+    /// Grants told after their session had ended at the service that the client
+    /// went on to use (grant validity); unset means 0 when the service was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_grants: Option<Count>,
+    /// Late grants the client itself caught and did not use; judged only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_grants_caught: Option<Count>,
 }
 
 impl Default for Expect {
@@ -109,12 +188,184 @@ impl Default for Expect {
             lost_updates: None,
             keepalive_lost: None,
             linearizable: None,
+            token_regressions: None,
+            token_repeats: None,
+            late_grants: None,
+            late_grants_caught: None,
         }
     }
 }
 
 fn zero() -> Count {
     Count::Exactly(0)
+}
+
+/// Why a counter check failed with nothing lost: its record does not add up.
+fn counter_inconsistency(c: &CounterCheck) -> Option<String> {
+    if c.valid != Validity::Invalid || c.lost > 0 {
+        return None;
+    }
+    let why = c
+        .keys
+        .iter()
+        .find_map(|k| {
+            if k.final_value > 0 && k.final_value as u64 > k.applied {
+                Some(format!(
+                    "{}'s final value {} is above the {} increments the run wrote \
+                     (was the storage empty before the run?)",
+                    k.key, k.final_value, k.applied
+                ))
+            } else if k.acknowledged > k.applied {
+                Some(format!(
+                    "{}: {} acknowledged increments, {} applied",
+                    k.key, k.acknowledged, k.applied
+                ))
+            } else {
+                None
+            }
+        })
+        .unwrap_or_else(|| {
+            "the final read disagrees with the storage's record, or is missing".into()
+        });
+    Some(why)
+}
+
+impl Expect {
+    /// Judges every expectation, stated or defaulted, against the checks. A
+    /// defaulted one says so (`default`), so a failure names the check that failed
+    /// without an expectation allowing it.
+    pub fn judge(
+        &self,
+        checks: &Checks,
+        findings: &Findings,
+        keepalive_lost: u64,
+    ) -> Vec<Expectation> {
+        let mut out = Vec::new();
+        let count = |out: &mut Vec<Expectation>,
+                     name: &str,
+                     want: Option<Count>,
+                     default: bool,
+                     actual: u64| {
+            if let Some(want) = want {
+                out.push(Expectation {
+                    name: name.into(),
+                    expected: want.to_string(),
+                    actual: actual.to_string(),
+                    met: want.matches(actual),
+                    default,
+                });
+            }
+        };
+        let f = &checks.fencing;
+        count(
+            &mut out,
+            "fencing_violations",
+            Some(self.fencing_violations),
+            false,
+            f.stale_accepted,
+        );
+        count(
+            &mut out,
+            "stale_rejected",
+            self.stale_rejected,
+            false,
+            f.stale_rejected,
+        );
+        count(
+            &mut out,
+            "fresh_rejected",
+            self.fresh_rejected,
+            false,
+            f.fresh_rejected,
+        );
+        count(
+            &mut out,
+            "mutex_overlaps",
+            self.mutex_overlaps,
+            false,
+            checks.mutex.overlaps,
+        );
+        let want = self.lost_updates.unwrap_or(zero());
+        let c = &checks.counter;
+        let odd = counter_inconsistency(c);
+        out.push(Expectation {
+            name: "lost_updates".into(),
+            expected: want.to_string(),
+            actual: match &odd {
+                Some(why) => format!("{} (counter inconsistent: {why})", c.lost),
+                None => c.lost.to_string(),
+            },
+            met: want.matches(c.lost) && (odd.is_none() || want == Count::Any),
+            default: self.lost_updates.is_none(),
+        });
+        count(
+            &mut out,
+            "keepalive_lost",
+            self.keepalive_lost,
+            false,
+            keepalive_lost,
+        );
+        let want = self.linearizable.unwrap_or(Holds::Valid);
+        let actual = checks
+            .linearizable
+            .as_ref()
+            .map(|l| l.valid)
+            .unwrap_or(Validity::Unknown);
+        out.push(Expectation {
+            name: "linearizable".into(),
+            expected: want.to_string(),
+            actual: match actual {
+                Validity::Valid => "valid",
+                Validity::Invalid => "violated",
+                Validity::Unknown => "unknown",
+            }
+            .into(),
+            met: match want {
+                Holds::Any => true,
+                Holds::Valid => actual == Validity::Valid,
+                Holds::Violated => actual == Validity::Invalid,
+            },
+            default: self.linearizable.is_none(),
+        });
+        // A token check that saw no token judges nothing: no default there.
+        if let Some(t) = checks.token.as_ref() {
+            let sent = t.valid != Validity::Unknown;
+            count(
+                &mut out,
+                "token_regressions",
+                self.token_regressions.or(sent.then_some(zero())),
+                self.token_regressions.is_none(),
+                t.regressions,
+            );
+            count(
+                &mut out,
+                "token_repeats",
+                self.token_repeats.or(sent.then_some(zero())),
+                self.token_repeats.is_none(),
+                t.repeats,
+            );
+        }
+        if findings.observed {
+            let g = &findings.grant_validity;
+            count(
+                &mut out,
+                "late_grants",
+                Some(self.late_grants.unwrap_or(zero())),
+                self.late_grants.is_none(),
+                g.after_session_end
+                    .saturating_sub(g.caught_by_client)
+                    .saturating_sub(g.during_client_fault),
+            );
+            count(
+                &mut out,
+                "late_grants_caught",
+                self.late_grants_caught,
+                false,
+                g.caught_by_client,
+            );
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +384,81 @@ mod tests {
             assert_eq!(c.matches(n), ok, "{s} vs {n}");
         }
         assert!(Count::try_from(CountRepr::S("lots".into())).is_err());
+    }
+
+    #[test]
+    fn holds_parse_from_bools_and_words() {
+        for (r, h) in [
+            (HoldsRepr::B(true), Holds::Valid),
+            (HoldsRepr::B(false), Holds::Violated),
+            (HoldsRepr::S("violated".into()), Holds::Violated),
+            (HoldsRepr::S("any".into()), Holds::Any),
+        ] {
+            assert_eq!(Holds::try_from(r).ok(), Some(h));
+        }
+        assert!(Holds::try_from(HoldsRepr::S("maybe".into())).is_err());
+    }
+
+    #[test]
+    fn unset_safety_checks_default_to_holding() {
+        let mut checks = Checks {
+            fencing: Default::default(),
+            mutex: fencecheck_reports::MutexCheck {
+                valid: Validity::Invalid,
+                holds: 4,
+                overlaps: 2,
+                examples: Vec::new(),
+            },
+            counter: CounterCheck {
+                valid: Validity::Invalid,
+                acknowledged: 73,
+                lost: 0,
+                lost_fraction: Some(0.0),
+                keys: vec![fencecheck_reports::KeyCount {
+                    key: "k0".into(),
+                    acknowledged: 73,
+                    applied: 73,
+                    final_value: 193,
+                    lost: 0,
+                    lost_fraction: Some(0.0),
+                }],
+            },
+            linearizable: None,
+            token: None,
+            judged_from: None,
+        };
+        let e = Expect::default();
+        let j = e.judge(&checks, &Findings::default(), 0);
+        let names: Vec<&str> = j.iter().map(|x| x.name.as_str()).collect();
+        // No token sent, no observation: neither defaults; mutex never does.
+        assert_eq!(
+            names,
+            ["fencing_violations", "lost_updates", "linearizable"]
+        );
+        let lost = &j[1];
+        assert!(!lost.met && lost.default, "{lost:?}");
+        assert!(lost.actual.contains("193"), "{lost:?}");
+        // "any" accepts the inconsistent counter; an unknown linearizability fails
+        // the default.
+        let e = Expect {
+            lost_updates: Some(Count::Any),
+            ..Expect::default()
+        };
+        let j = e.judge(&checks, &Findings::default(), 0);
+        assert!(j[1].met && !j[1].default);
+        assert!(!j[2].met, "{:?}", j[2]);
+        checks.counter.valid = Validity::Valid;
+        checks.token = Some(fencecheck_reports::TokenCheck {
+            valid: Validity::Invalid,
+            grants: 3,
+            regressions: 1,
+            ..Default::default()
+        });
+        let j = Expect::default().judge(&checks, &Findings::default(), 0);
+        let reg = j
+            .iter()
+            .find(|x| x.name == "token_regressions")
+            .expect("token");
+        assert!(!reg.met && reg.default);
     }
 }

@@ -21,7 +21,7 @@ mod pg;
 mod validate;
 
 pub use client::Client;
-pub use expect::{Count, Expect};
+pub use expect::{Count, Expect, Holds};
 pub use fault::{FaultKind, FaultSpec, Target};
 pub use locate::{locate, shipped_names};
 pub use pg::{Isolation, SyncCommit};

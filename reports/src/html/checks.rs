@@ -21,7 +21,11 @@ pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
             ("accepted", f.accepted, ""),
             ("rejected", f.rejected, ""),
             (
-                "stale accepted (violations)",
+                if f.lower_bound.is_some() {
+                    "stale accepted (violations, ≥: a lower bound)"
+                } else {
+                    "stale accepted (violations)"
+                },
                 f.stale_accepted,
                 bad(f.stale_accepted),
             ),
@@ -38,6 +42,15 @@ pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
             ("unjudged (no revision)", f.unjudged, ""),
         ],
     );
+    if let Some(why) = &f.lower_bound {
+        let _ = writeln!(
+            h,
+            "<p class=\"lower-bound\" id=\"fencing-lower-bound\">≥ {} stale accepted \
+             is a lower bound: {}</p>",
+            f.stale_accepted,
+            escape(why)
+        );
+    }
     if f.violations.is_empty() {
         h.push_str("<p class=\"ok-line\">No stale write was accepted.</p>\n");
     } else {

@@ -71,11 +71,29 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         h.push_str("</tbody></table>\n");
     }
     let u = &f.unsafe_window;
-    h.push_str("<h3 id=\"unsafe-window\">Unsafe windows</h3>\n<p>Holds whose session ended at the service while the holder went on: how long it kept using the storage afterwards, and what the fence did with it. Marked on the timeline in red.</p>\n");
+    h.push_str("<h3 id=\"unsafe-window\">Unsafe windows</h3>\n<p>Holds whose session ended at the service while the holder went on (outlived), or had already ended when the grant was told (granted-dead: the window is the whole hold): how long it kept using the storage afterwards, and what the fence did with it. Marked on the timeline in red.</p>\n");
+    if let Some(why) = &u.lower_bound {
+        let _ = writeln!(
+            h,
+            "<p class=\"lower-bound\" id=\"unsafe-window-lower-bound\">≥ The operation \
+             counts and windows are lower bounds: {}</p>",
+            escape(why)
+        );
+    }
     tiles(
         h,
         &[
-            ("holds outliving their session", u.holds, ""),
+            ("unsafe holds", u.holds, ""),
+            (
+                "outlived their session",
+                u.holds - u.granted_dead.min(u.holds),
+                "",
+            ),
+            (
+                "granted on an ended session",
+                u.granted_dead,
+                if u.granted_dead > 0 { "bad" } else { "" },
+            ),
             (
                 "writes refused by the fence",
                 u.writes_refused,
@@ -95,12 +113,13 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         u.p50_ms, u.p90_ms, u.max_ms
     );
     if !u.windows.is_empty() {
-        h.push_str("<table class=\"grid small\" id=\"unsafe-windows\"><thead><tr><th>worker</th><th>key</th><th>grant</th><th>session</th><th>session ended</th><th>last operation</th><th>window</th><th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n");
+        h.push_str("<table class=\"grid small\" id=\"unsafe-windows\"><thead><tr><th>kind</th><th>worker</th><th>key</th><th>grant</th><th>session</th><th>session ended</th><th>last operation</th><th>window</th><th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n");
         for w in u.windows.iter().take(super::MAX_LISTED) {
             let _ = writeln!(
                 h,
-                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 if w.writes_accepted > 0 { "unmet" } else { "" },
+                escape(&w.kind),
                 w.worker,
                 escape(&w.key),
                 w.grant.map(|x| x.to_string()).unwrap_or_else(|| "—".into()),

@@ -123,7 +123,11 @@ pub(super) fn expectations_table(h: &mut String, exps: &[Expectation], id: &str)
              <td>{act}</td><td class=\"met\">{met}</td></tr>",
             cls = if e.met { "met" } else { "unmet" },
             name = escape(&e.name),
-            exp = escape(&e.expected),
+            exp = if e.default {
+                format!("{} <small>(default)</small>", escape(&e.expected))
+            } else {
+                escape(&e.expected)
+            },
             act = escape(&e.actual),
             met = if e.met { "✓ met" } else { "✗ NOT MET" },
         );
