@@ -130,7 +130,7 @@ pub const UNSAFE_WINDOW_LOWER_BOUND: &str = "HTTP storage: counted from the clie
 /// What the storage held before the run, as the pre-run probe read it
 /// (`storage-before.json`: one entry per workload key). Absent for storages the
 /// harness starts itself, which start empty.
-pub const STORAGE_BEFORE: &str = "storage-before.json";
+pub use crate::record::rundir::STORAGE_BEFORE;
 
 /// One key as the pre-run probe read it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

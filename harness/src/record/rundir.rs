@@ -19,6 +19,9 @@ pub const FINAL_EVENTS: &str = "final.jsonl";
 pub const NEMESIS_EVENTS: &str = "nemesis.jsonl";
 /// What the harness observed of the lock service (grants, session ends).
 pub const SERVICE_OBSERVATIONS: &str = "service.jsonl";
+/// What the pre-run probe read of every workload key from a storage of the
+/// user's own (`[storage] kind = "http"`): a storage holding data fails the run.
+pub const STORAGE_BEFORE: &str = "storage-before.json";
 /// Set when the run reached its end (heal phase and final reads done); a run
 /// directory without it was killed or interrupted.
 pub const COMPLETE: &str = "complete.json";
