@@ -67,6 +67,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     if checks.judged_from.is_some() {
         // Judged from the client side: say so wherever a count is only a floor.
         checks.fencing.lower_bound = Some(FENCING_LOWER_BOUND.into());
+        checks.counter.lower_bound = Some(COUNTER_LOWER_BOUND.into());
         if findings.observed {
             findings.unsafe_window.lower_bound = Some(UNSAFE_WINDOW_LOWER_BOUND.into());
         }
@@ -123,6 +124,9 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
 /// that is a lower bound.
 pub const FENCING_LOWER_BOUND: &str = "HTTP storage: a write concurrent with the newer \
     grant's first operation cannot be judged from the client side";
+/// The same for the counter's lost increments.
+pub const COUNTER_LOWER_BOUND: &str = "HTTP storage: judged by final reads against \
+    acknowledged writes; a write whose answer was lost but applied can hide a lost increment";
 /// The same for the unsafe window's operation counts.
 pub const UNSAFE_WINDOW_LOWER_BOUND: &str = "HTTP storage: counted from the client history, \
     only operations sent after the session ended; one in flight at the end is not counted";

@@ -84,6 +84,7 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         c.mutex.overlaps,
         c.mutex.holds
     );
+    let counter_lb = c.counter.lower_bound.as_deref();
     let inconsistent = r
         .expectations
         .iter()
@@ -92,16 +93,21 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         .map(|(_, why)| format!(" — inconsistent: {}", why.trim_end_matches(')')));
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} acknowledged increments, {} lost{}{}",
+        "  {:<13} {:<8} {} acknowledged increments, {} lost{}{}{}",
         "counter",
         c.counter.valid.to_string(),
         c.counter.acknowledged,
-        c.counter.lost,
+        floor(c.counter.lost, counter_lb.is_some()),
         match c.counter.lost_fraction {
             Some(f) if f > 0.0 => format!(" ({:.1}% of the acknowledged)", f * 100.0),
             _ => String::new(),
         },
-        inconsistent.unwrap_or_default()
+        inconsistent.unwrap_or_default(),
+        if counter_lb.is_some() {
+            " (lower bound: HTTP storage)"
+        } else {
+            ""
+        }
     );
     if let Some(l) = &c.linearizable {
         let _ = writeln!(
@@ -177,9 +183,13 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     }
     // The one-line reason for every count marked as a lower bound.
     let mut reasons: Vec<&str> = Vec::new();
-    for why in [fence_lb, f.unsafe_window.lower_bound.as_deref()]
-        .into_iter()
-        .flatten()
+    for why in [
+        fence_lb,
+        c.counter.lower_bound.as_deref(),
+        f.unsafe_window.lower_bound.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
     {
         if !reasons.contains(&why) {
             reasons.push(why);

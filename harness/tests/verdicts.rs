@@ -184,12 +184,20 @@ fn the_same_run_on_an_empty_storage_passes_with_its_lower_bounds_marked() {
         "{fencing}"
     );
     assert!(row("unsafe-window").ends_with("(lower bound: HTTP storage)"));
+    let counter = row("counter");
+    assert!(
+        r["checks"]["counter"]["lower_bound"].is_string()
+            && counter.contains(&format!("≥ {} lost", n(&r["checks"]["counter"]["lost"])))
+            && counter.ends_with("(lower bound: HTTP storage)"),
+        "{counter}"
+    );
     assert!(
         stdout.contains("cannot be judged from the client side"),
         "{stdout}"
     );
     let html = std::fs::read_to_string(out.join("report.html")).expect("html");
     assert!(html.contains("id=\"fencing-lower-bound\""));
+    assert!(html.contains("id=\"counter-lower-bound\""));
     assert_nothing_left(&out);
 }
 

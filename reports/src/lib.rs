@@ -337,6 +337,10 @@ pub struct CounterCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_fraction: Option<f64>,
     pub keys: Vec<KeyCount>,
+    /// Present when `lost` is a lower bound (no storage log: judged by final reads
+    /// against acknowledged writes), with the one-line reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -94,6 +94,7 @@ pub fn check(rec: &Recorded) -> CounterCheck {
         lost,
         lost_fraction: lost_fractions(&mut keys),
         keys,
+        lower_bound: None,
     }
 }
 

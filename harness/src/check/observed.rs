@@ -221,6 +221,7 @@ pub fn counter(rec: &Recorded) -> CounterCheck {
         lost,
         lost_fraction: super::counter::lost_fractions(&mut out),
         keys: out,
+        lower_bound: None,
     }
 }
 

@@ -414,6 +414,7 @@ mod tests {
                 acknowledged: 73,
                 lost: 0,
                 lost_fraction: Some(0.0),
+                lower_bound: None,
                 keys: vec![fencecheck_reports::KeyCount {
                     key: "k0".into(),
                     acknowledged: 73,

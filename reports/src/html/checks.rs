@@ -161,9 +161,26 @@ pub(super) fn counter_section(h: &mut String, ctx: &Ctx) {
         h,
         &[
             ("acknowledged increments", c.acknowledged, ""),
-            ("lost", c.lost, if c.lost > 0 { "bad" } else { "" }),
+            (
+                if c.lower_bound.is_some() {
+                    "lost (≥: a lower bound)"
+                } else {
+                    "lost"
+                },
+                c.lost,
+                if c.lost > 0 { "bad" } else { "" },
+            ),
         ],
     );
+    if let Some(why) = &c.lower_bound {
+        let _ = writeln!(
+            h,
+            "<p class=\"lower-bound\" id=\"counter-lower-bound\">≥ {} lost is a lower \
+             bound: {}</p>",
+            c.lost,
+            escape(why)
+        );
+    }
     if let Some(f) = c.lost_fraction.filter(|f| *f > 0.0) {
         let _ = writeln!(
             h,
