@@ -196,6 +196,16 @@ fn error(msg: impl std::fmt::Display) -> i32 {
     EXIT_ERROR
 }
 
+/// Prints what a service-driving command shows on stdout. SIGPIPE is ignored for
+/// those (see `main`), so a closed pipe (`… | head`) is an error to drop here, not
+/// a panic after the run is recorded.
+fn stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
 fn verdict(passed: bool) -> i32 {
     if passed {
         EXIT_PASS
@@ -205,12 +215,6 @@ fn verdict(passed: bool) -> i32 {
 }
 
 pub fn main() -> i32 {
-    // Printing into a closed pipe (`fencecheck … | head`) ends the process quietly,
-    // as for any Unix tool, instead of panicking in println!.
-    // SAFETY: restoring the default disposition of one signal before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     tracing_subscriber::fmt()
         .with_env_filter(
             // testcontainers logs what the docker backend reports itself (a
@@ -233,6 +237,30 @@ pub fn main() -> i32 {
             };
         }
     };
+    // Printing into a closed pipe (`fencecheck check … | head`) ends an offline
+    // command quietly, as for any Unix tool, instead of panicking in println!. The
+    // commands that drive services keep Rust's default (SIGPIPE ignored): a write
+    // into a Unix socket the Docker engine has closed — a killed container's log
+    // stream, a pooled API connection — is then an error the code handles, not a
+    // signal that kills the harness mid-run (seen: `kill.toml` on docker, exit by
+    // SIGPIPE after the leader's restart).
+    let drives_services = matches!(
+        cli.command,
+        Command::Scenario { .. }
+            | Command::Suite { .. }
+            | Command::Images { .. }
+            | Command::Clean { .. }
+            | Command::Bench { .. }
+            | Command::Worker { .. }
+            | Command::Storage { .. }
+    );
+    if !drives_services {
+        // SAFETY: restoring the default disposition of one signal before any thread
+        // starts (nothing has spawned one yet).
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Scenario {
             file,
@@ -339,7 +367,7 @@ fn scenario(
         };
         match result {
             Ok((report, dir)) => {
-                print!("{}", output::verdict_table(&report, &dir));
+                stdout(&output::verdict_table(&report, &dir));
                 let passed = report.passed;
                 let outcome = crate::suite::Outcome {
                     file: file.clone(),
@@ -411,7 +439,7 @@ fn suite_end(
     out: &std::path::Path,
     junit: Option<&std::path::Path>,
 ) -> i32 {
-    print!("{}", crate::suite::summary_table(outcomes, out));
+    stdout(&crate::suite::summary_table(outcomes, out));
     crate::junit::append_step_summary(&crate::junit::markdown_suite(
         outcomes,
         &out.join("index.html"),
@@ -451,7 +479,7 @@ fn suite(
     };
     if ci.list {
         for f in &files {
-            println!("{}", f.display());
+            stdout(&format!("{}\n", f.display()));
         }
         return EXIT_PASS;
     }
