@@ -213,9 +213,10 @@ impl RedisClient {
     }
 
     /// One Redlock attempt: the script on every master at once. Returns how many
-    /// granted, how long it took, and the first instance's counter if it granted
-    /// (the INCR runs there only).
-    async fn redlock_attempt(&mut self, name: &str, owner: &str) -> (usize, Duration, Option<i64>) {
+    /// granted, how many gave no answer (timed out or failed: the key may be set
+    /// there all the same), how long it took, and the first instance's counter if
+    /// it granted (the INCR runs there only).
+    async fn redlock_attempt(&mut self, name: &str, owner: &str) -> Attempt {
         let start = Instant::now();
         let (key, tkey) = (lock_key(name), format!("{TOKEN_PREFIX}{name}"));
         let limit = self.instance_timeout();
@@ -244,9 +245,12 @@ impl RedisClient {
                 self.cons[i] = None;
             }
         }
-        let granted = answers.iter().filter(|a| a.is_some_and(|t| t >= 0)).count();
-        let first = answers.first().copied().flatten().filter(|&t| t >= 0);
-        (granted, start.elapsed(), first)
+        Attempt {
+            granted: answers.iter().filter(|a| a.is_some_and(|t| t >= 0)).count(),
+            unanswered: answers.iter().filter(|a| a.is_none()).count(),
+            elapsed: start.elapsed(),
+            first: answers.first().copied().flatten().filter(|&t| t >= 0),
+        }
     }
 
     /// Compare-and-delete on every instance; returns how many still had it.
@@ -368,6 +372,14 @@ impl RedisClient {
     }
 }
 
+/// What one Redlock attempt got (see `RedisClient::redlock_attempt`).
+struct Attempt {
+    granted: usize,
+    unanswered: usize,
+    elapsed: Duration,
+    first: Option<i64>,
+}
+
 #[async_trait::async_trait]
 impl LockClient for RedisClient {
     async fn open_session(&mut self) -> Result<Session> {
@@ -409,28 +421,53 @@ impl LockClient for RedisClient {
             // as a grant; the next attempt must not pass for it.
             let id = owner.to_string();
             self.names.insert(id.clone(), name.to_string());
-            let (granted, elapsed, first) = self.redlock_attempt(name, &id).await;
-            let held = granted >= self.majority()
-                && elapsed + drift < self.ttl
-                && (!self.counter_on_first || first.is_some());
+            let began = Instant::now();
+            let a = self.redlock_attempt(name, &id).await;
+            let held = a.granted >= self.majority()
+                && a.elapsed + drift < self.ttl
+                && (!self.counter_on_first || a.first.is_some());
             if held {
                 return Acquire::Granted(Granted {
                     grant: owner.nonce,
                     session: self.session,
                     id,
-                    counter: first,
+                    counter: a.first,
                     external: None,
                 });
             }
-            if granted > 0 {
-                if let Err(e) = self.release_all(name, &id).await {
-                    return Acquire::Unknown {
-                        error: format!("releasing a minority grant: {e:#}"),
-                        id: Some(id),
-                    };
+            // As published: unlock every instance, even those it believes it
+            // failed to lock — an unanswered call may have set the key.
+            let maybe_majority = a.granted + a.unanswered >= self.majority();
+            let mut ours = None;
+            if a.granted > 0 || maybe_majority {
+                match self.release_all(name, &id).await {
+                    Ok(n) => ours = Some(n),
+                    Err(e) if a.granted > 0 => {
+                        return Acquire::Unknown {
+                            error: format!("releasing a minority grant: {e:#}"),
+                            id: Some(id),
+                        };
+                    }
+                    // Nothing known to be set: what was, expires.
+                    Err(_) => {}
                 }
             }
             self.names.remove(&id);
+            // An attempt that may have been a majority — a grant in the
+            // observer's numbering — and has lasted a TTL (the holder was paused
+            // within it: its answers timed out) may have expired at the service
+            // before it let go, which ends the session there. Given up here too,
+            // as `release` does, so the next grants are not made on a session the
+            // service has ended.
+            let could_expire = began.elapsed() + drift >= self.ttl;
+            if maybe_majority && could_expire && ours.is_none_or(|n| n < self.majority()) {
+                self.mark_lost("an attempt that may have held a majority outlived the TTL");
+                return Acquire::Failed {
+                    error: "session lost: an attempt outlived the TTL before it let go".into(),
+                    session_gone: true,
+                    told: None,
+                };
+            }
             // The published algorithm's random delay before retrying.
             let ms = rand::thread_rng().gen_range(10..60);
             tokio::time::sleep(Duration::from_millis(ms)).await;

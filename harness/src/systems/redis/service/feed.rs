@@ -82,6 +82,28 @@ impl State {
         }
     }
 
+    /// A keyspace SET, and what a read of the key found after it: only an
+    /// external owner is taken from the read (ours come from announcements).
+    fn set_read(&mut self, i: usize, name: &str, read: Option<&str>) {
+        if let Some(v) = read.filter(|v| !ours(v)) {
+            self.apply(i, name, Some(v), Cause::Granted);
+        }
+    }
+
+    /// Must a removal of `name` on `i` be checked by reading the key again? Yes
+    /// when an external owner is held there (see [`State::removed`]).
+    fn needs_read(&self, i: usize, name: &str) -> bool {
+        self.per[i].get(name).is_some_and(|v| !ours(v))
+    }
+
+    /// A DEL or an expiry of `name` on `i`, with the key's value read after it
+    /// when [`State::needs_read`] asked for one: what replaced an external owner
+    /// (external again) stays, anything else is gone.
+    fn removed(&mut self, i: usize, name: &str, read: Option<&str>, cause: Cause) {
+        let now = read.filter(|v| !ours(v));
+        self.apply(i, name, now, cause);
+    }
+
     fn recount(&mut self, name: &str, owner: &str, cause: Cause) {
         let count = self
             .per
@@ -149,6 +171,23 @@ pub async fn observe(
     });
     futures_util::future::join_all(tasks).await;
     Ok(())
+}
+
+/// Is `v` an owner value of fencecheck's own scripts (announced on [`EVENTS`])?
+/// Anything else is an external client's (redis-py's token), seen only by reads.
+fn ours(v: &str) -> bool {
+    Owner::parse(v).is_some()
+}
+
+/// The lock key's value now (after a keyspace event named it).
+async fn get_owner(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Result<Option<String>> {
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        redis::cmd("GET").arg(key).query_async(c),
+    )
+    .await
+    .context("GET after a keyspace event timed out")?
+    .context("GET after a keyspace event")
 }
 
 fn with<T>(state: &Mutex<State>, f: impl FnOnce(&mut State) -> T) -> Option<T> {
@@ -234,18 +273,27 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         let Ok(payload) = m.get_payload::<String>() else {
             continue;
         };
-        if m.get_channel_name() == EXPIRED {
-            if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
-                with(state, |s| s.apply(i, name, None, Cause::Ended));
-            }
-            continue;
-        }
-        if m.get_channel_name() == DEL {
+        let gone = match m.get_channel_name() {
+            EXPIRED => Some(Cause::Ended),
             // fencecheck's own scripts announce theirs too (the harness's
             // deletion before its DEL); a repeated change is a no-op.
-            if let Some(name) = payload.strip_prefix(LOCK_PREFIX) {
-                with(state, |s| s.apply(i, name, None, Cause::Released));
-            }
+            DEL => Some(Cause::Released),
+            _ => None,
+        };
+        if let Some(cause) = gone {
+            let Some(name) = payload.strip_prefix(LOCK_PREFIX) else {
+                continue;
+            };
+            // A removal arrives in the instance's order, so it removes what the
+            // announcements put there. An external owner, though, was put there
+            // by a read made *after* its event, which may be newer than this
+            // removal: read again, so the state never goes back in time.
+            let fresh = with(state, |s| s.needs_read(i, name));
+            let now = match fresh {
+                Some(true) => get_owner(&mut c, &payload).await?,
+                _ => None,
+            };
+            with(state, |s| s.removed(i, name, now.as_deref(), cause));
             continue;
         }
         if m.get_channel_name() == SET {
@@ -253,16 +301,14 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
                 continue;
             };
             // The owner is what the key holds now; gone already (released or
-            // expired within the look-up) leaves it unobserved.
-            let v: Option<String> = tokio::time::timeout(
-                Duration::from_secs(2),
-                redis::cmd("GET").arg(&payload).query_async(&mut c),
-            )
-            .await
-            .context("GET after a SET timed out")??;
-            if let Some(v) = v {
-                with(state, |s| s.apply(i, name, Some(&v), Cause::Granted));
-            }
+            // expired within the look-up) leaves it unobserved. The read may be
+            // newer than this event: an owner of fencecheck's own scripts is
+            // taken only from their announcements, which come in the instance's
+            // order — applied from this read, the older owner announced after it
+            // would replace it and end its hold for a moment (under load that
+            // ended real holds as "granted on an ended session").
+            let now = get_owner(&mut c, &payload).await?;
+            with(state, |s| s.set_read(i, name, now.as_deref()));
             continue;
         }
         let mut it = payload.split(' ');
@@ -280,4 +326,98 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::observe::Observation;
+
+    fn state(dir: &std::path::Path) -> (State, std::path::PathBuf) {
+        let path = dir.join("service.jsonl");
+        let out = ObservationWriter::create(&path).expect("writer");
+        let s = State {
+            majority: 2,
+            per: vec![BTreeMap::new(); 3],
+            held: HashMap::new(),
+            ended: HashSet::new(),
+            next: 0,
+            out,
+        };
+        (s, path)
+    }
+
+    fn observed(path: &std::path::Path) -> Vec<Observation> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("observation"))
+            .collect()
+    }
+
+    /// The CI failure: instance 0's SET event for X is handled after X was
+    /// released and Y set there, so the read after it finds Y. Taken from the
+    /// read, Y would be replaced by X's announcement that follows, drop below
+    /// the majority and end its session; taken only from announcements, Y holds
+    /// once, and nothing ends.
+    #[test]
+    fn a_late_read_never_ends_a_newer_hold() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mut s, path) = state(dir.path());
+        let (x, y) = ("1:10:100:1", "2:20:200:2");
+        s.apply(1, "k0", Some(y), Cause::Granted); // Y holds instance 1 already
+        s.set_read(0, "k0", Some(y)); // SET(X) on 0, read finds Y
+        s.apply(0, "k0", Some(x), Cause::Granted); // "granted X"
+        s.removed(0, "k0", None, Cause::Released); // DEL (X's release)
+        s.apply(0, "k0", None, Cause::Released); // "released X"
+        s.set_read(0, "k0", Some(y)); // SET(Y)
+        s.apply(0, "k0", Some(y), Cause::Granted); // "granted Y"
+        let obs = observed(&path);
+        let created = obs
+            .iter()
+            .filter(|o| matches!(o, Observation::Created { .. }))
+            .count();
+        assert_eq!(created, 1, "{obs:?}");
+        assert!(
+            !obs.iter().any(|o| matches!(
+                o,
+                Observation::SessionEnded { .. } | Observation::Deleted { .. }
+            )),
+            "{obs:?}"
+        );
+    }
+
+    /// An external owner read late (newer than the removal that follows it)
+    /// survives the removal: the second read finds it still there.
+    #[test]
+    fn an_external_owner_read_late_survives_the_older_removal() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mut s, path) = state(dir.path());
+        let (old, new) = ("uuid-old", "uuid-new");
+        s.set_read(0, "k0", Some(old));
+        s.set_read(1, "k0", Some(old));
+        s.set_read(0, "k0", Some(new)); // old released, new set: read late
+        s.set_read(1, "k0", Some(new));
+        assert!(s.needs_read(0, "k0"));
+        s.removed(0, "k0", Some(new), Cause::Released); // old's DEL: new is there
+        s.removed(1, "k0", Some(new), Cause::Released);
+        let obs = observed(&path);
+        let held: Vec<&str> = obs
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Created { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(held, [old, new], "{obs:?}");
+        // Only the old hold ended; the new one is still held.
+        let ended: Vec<&str> = obs
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Deleted { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ended, [old], "{obs:?}");
+    }
 }
