@@ -82,26 +82,45 @@ impl State {
         }
     }
 
-    /// A keyspace SET, and what a read of the key found after it: only an
-    /// external owner is taken from the read (ours come from announcements).
-    fn set_read(&mut self, i: usize, name: &str, read: Option<&str>) {
-        if let Some(v) = read.filter(|v| !ours(v)) {
-            self.apply(i, name, Some(v), Cause::Granted);
+    /// One message of instance `i`'s subscription, in the instance's order.
+    /// Returns a lock key whose owner must be read (after a keyspace SET: an
+    /// external client announces nothing); the read's answer comes back as a
+    /// `read` announcement in this same stream (see [`read_in_order`]).
+    fn on_message(&mut self, i: usize, channel: &str, payload: &str) -> Option<String> {
+        let name = |key: &str| key.strip_prefix(LOCK_PREFIX).map(str::to_string);
+        match channel {
+            EXPIRED => {
+                let n = name(payload)?;
+                self.apply(i, &n, None, Cause::Ended);
+                None
+            }
+            // fencecheck's own scripts announce theirs too (the harness's
+            // deletion before its DEL); a repeated change is a no-op.
+            DEL => {
+                let n = name(payload)?;
+                self.apply(i, &n, None, Cause::Released);
+                None
+            }
+            SET => name(payload).map(|_| payload.to_string()),
+            _ => {
+                let mut it = payload.splitn(3, ' ');
+                let (what, key) = (it.next()?, it.next()?);
+                let n = name(key)?;
+                // granted/released/deleted: `<key> <owner> …`; read: `<key> <value>`.
+                let rest = it.next()?;
+                let owner = rest.split(' ').next().unwrap_or(rest);
+                match what {
+                    "granted" => self.apply(i, &n, Some(owner), Cause::Granted),
+                    "released" => self.apply(i, &n, None, Cause::Released),
+                    "deleted" => self.apply(i, &n, None, Cause::Ended),
+                    // What the key held at the read: in order, so never older than
+                    // what came before it (gone by then: its removal came before).
+                    "read" => self.apply(i, &n, Some(rest), Cause::Granted),
+                    _ => {}
+                }
+                None
+            }
         }
-    }
-
-    /// Must a removal of `name` on `i` be checked by reading the key again? Yes
-    /// when an external owner is held there (see [`State::removed`]).
-    fn needs_read(&self, i: usize, name: &str) -> bool {
-        self.per[i].get(name).is_some_and(|v| !ours(v))
-    }
-
-    /// A DEL or an expiry of `name` on `i`, with the key's value read after it
-    /// when [`State::needs_read`] asked for one: what replaced an external owner
-    /// (external again) stays, anything else is gone.
-    fn removed(&mut self, i: usize, name: &str, read: Option<&str>, cause: Cause) {
-        let now = read.filter(|v| !ours(v));
-        self.apply(i, name, now, cause);
     }
 
     fn recount(&mut self, name: &str, owner: &str, cause: Cause) {
@@ -173,21 +192,28 @@ pub async fn observe(
     Ok(())
 }
 
-/// Is `v` an owner value of fencecheck's own scripts (announced on [`EVENTS`])?
-/// Anything else is an external client's (redis-py's token), seen only by reads.
-fn ours(v: &str) -> bool {
-    Owner::parse(v).is_some()
-}
-
-/// The lock key's value now (after a keyspace event named it).
-async fn get_owner(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Result<Option<String>> {
+/// Reads a lock key's owner inside a script that announces what it read on
+/// [`EVENTS`] (`read <key> <value>`), so the answer takes its place in the
+/// instance's order of changes: a plain GET's answer may be newer than messages
+/// still queued, and applied before them, an older owner announced after it
+/// would replace the newer one and end its hold for a moment.
+async fn read_in_order(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Result<()> {
+    const READ: &str = "local v = redis.call('GET', KEYS[1]) \
+        if v then redis.call('PUBLISH', ARGV[1], 'read ' .. KEYS[1] .. ' ' .. v) end \
+        return 1";
     tokio::time::timeout(
         Duration::from_secs(2),
-        redis::cmd("GET").arg(key).query_async(c),
+        redis::cmd("EVAL")
+            .arg(READ)
+            .arg(1)
+            .arg(key)
+            .arg(EVENTS)
+            .query_async::<i64>(c),
     )
     .await
-    .context("GET after a keyspace event timed out")?
-    .context("GET after a keyspace event")
+    .context("reading a lock key's owner timed out")?
+    .context("reading a lock key's owner")?;
+    Ok(())
 }
 
 fn with<T>(state: &Mutex<State>, f: impl FnOnce(&mut State) -> T) -> Option<T> {
@@ -273,57 +299,10 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         let Ok(payload) = m.get_payload::<String>() else {
             continue;
         };
-        let gone = match m.get_channel_name() {
-            EXPIRED => Some(Cause::Ended),
-            // fencecheck's own scripts announce theirs too (the harness's
-            // deletion before its DEL); a repeated change is a no-op.
-            DEL => Some(Cause::Released),
-            _ => None,
-        };
-        if let Some(cause) = gone {
-            let Some(name) = payload.strip_prefix(LOCK_PREFIX) else {
-                continue;
-            };
-            // A removal arrives in the instance's order, so it removes what the
-            // announcements put there. An external owner, though, was put there
-            // by a read made *after* its event, which may be newer than this
-            // removal: read again, so the state never goes back in time.
-            let fresh = with(state, |s| s.needs_read(i, name));
-            let now = match fresh {
-                Some(true) => get_owner(&mut c, &payload).await?,
-                _ => None,
-            };
-            with(state, |s| s.removed(i, name, now.as_deref(), cause));
-            continue;
+        let read = with(state, |s| s.on_message(i, m.get_channel_name(), &payload)).flatten();
+        if let Some(key) = read {
+            read_in_order(&mut c, &key).await?;
         }
-        if m.get_channel_name() == SET {
-            let Some(name) = payload.strip_prefix(LOCK_PREFIX) else {
-                continue;
-            };
-            // The owner is what the key holds now; gone already (released or
-            // expired within the look-up) leaves it unobserved. The read may be
-            // newer than this event: an owner of fencecheck's own scripts is
-            // taken only from their announcements, which come in the instance's
-            // order — applied from this read, the older owner announced after it
-            // would replace it and end its hold for a moment (under load that
-            // ended real holds as "granted on an ended session").
-            let now = get_owner(&mut c, &payload).await?;
-            with(state, |s| s.set_read(i, name, now.as_deref()));
-            continue;
-        }
-        let mut it = payload.split(' ');
-        let (Some(what), Some(key), Some(owner)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        let Some(name) = key.strip_prefix(LOCK_PREFIX) else {
-            continue;
-        };
-        with(state, |s| match what {
-            "granted" => s.apply(i, name, Some(owner), Cause::Granted),
-            "released" => s.apply(i, name, None, Cause::Released),
-            "deleted" => s.apply(i, name, None, Cause::Ended),
-            _ => {}
-        });
     }
     Ok(())
 }
@@ -333,91 +312,113 @@ mod tests {
     use super::*;
     use crate::record::observe::Observation;
 
-    fn state(dir: &std::path::Path) -> (State, std::path::PathBuf) {
-        let path = dir.join("service.jsonl");
-        let out = ObservationWriter::create(&path).expect("writer");
-        let s = State {
+    /// Feeds one instance's messages, in order, to a fresh 3-instance state
+    /// (majority 2); returns the reads asked for and what was observed.
+    fn feed(msgs: &[(usize, &str, &str)]) -> (Vec<String>, Vec<Observation>) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("service.jsonl");
+        let mut s = State {
             majority: 2,
             per: vec![BTreeMap::new(); 3],
             held: HashMap::new(),
             ended: HashSet::new(),
             next: 0,
-            out,
+            out: ObservationWriter::create(&path).expect("writer"),
         };
-        (s, path)
-    }
-
-    fn observed(path: &std::path::Path) -> Vec<Observation> {
-        std::fs::read_to_string(path)
+        let reads = msgs
+            .iter()
+            .filter_map(|(i, ch, p)| s.on_message(*i, ch, p))
+            .collect();
+        let obs = std::fs::read_to_string(&path)
             .expect("read")
             .lines()
             .map(|l| serde_json::from_str(l).expect("observation"))
+            .collect();
+        (reads, obs)
+    }
+
+    fn ids(obs: &[Observation], created: bool) -> Vec<&str> {
+        obs.iter()
+            .filter_map(|o| match o {
+                Observation::Created { id, .. } if created => Some(id.as_str()),
+                Observation::Deleted { id, .. } if !created => Some(id.as_str()),
+                _ => None,
+            })
             .collect()
     }
 
-    /// The CI failure: instance 0's SET event for X is handled after X was
-    /// released and Y set there, so the read after it finds Y. Taken from the
-    /// read, Y would be replaced by X's announcement that follows, drop below
-    /// the majority and end its session; taken only from announcements, Y holds
-    /// once, and nothing ends.
+    /// The race a plain GET after a SET had: instance 0's SET of X is followed
+    /// by X's release and Y's grant before the read; the read's answer (Y) now
+    /// comes as a `read` announcement after them, so X's announcement never
+    /// replaces Y, and Y's hold does not end.
     #[test]
-    fn a_late_read_never_ends_a_newer_hold() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let (mut s, path) = state(dir.path());
+    fn a_read_takes_its_place_in_the_order() {
         let (x, y) = ("1:10:100:1", "2:20:200:2");
-        s.apply(1, "k0", Some(y), Cause::Granted); // Y holds instance 1 already
-        s.set_read(0, "k0", Some(y)); // SET(X) on 0, read finds Y
-        s.apply(0, "k0", Some(x), Cause::Granted); // "granted X"
-        s.removed(0, "k0", None, Cause::Released); // DEL (X's release)
-        s.apply(0, "k0", None, Cause::Released); // "released X"
-        s.set_read(0, "k0", Some(y)); // SET(Y)
-        s.apply(0, "k0", Some(y), Cause::Granted); // "granted Y"
-        let obs = observed(&path);
-        let created = obs
-            .iter()
-            .filter(|o| matches!(o, Observation::Created { .. }))
-            .count();
-        assert_eq!(created, 1, "{obs:?}");
+        let (gx, gy) = (
+            format!("granted fencecheck:lock:k0 {x} 0"),
+            format!("granted fencecheck:lock:k0 {y} 0"),
+        );
+        let (rx, ry) = (
+            format!("released fencecheck:lock:k0 {x}"),
+            format!("read fencecheck:lock:k0 {y}"),
+        );
+        let key = "fencecheck:lock:k0";
+        let (reads, obs) = feed(&[
+            (1, EVENTS, &gy),
+            (0, SET, key),
+            (0, EVENTS, &gx),
+            (0, DEL, key),
+            (0, EVENTS, &rx),
+            (0, SET, key),
+            (0, EVENTS, &gy),
+            (0, EVENTS, &ry), // the first read's answer: Y by then
+            (0, EVENTS, &ry),
+        ]);
+        assert_eq!(reads, [key, key]);
+        assert_eq!(ids(&obs, true), [y], "{obs:?}");
+        assert!(ids(&obs, false).is_empty(), "{obs:?}");
         assert!(
-            !obs.iter().any(|o| matches!(
-                o,
-                Observation::SessionEnded { .. } | Observation::Deleted { .. }
-            )),
+            !obs.iter()
+                .any(|o| matches!(o, Observation::SessionEnded { .. })),
             "{obs:?}"
         );
     }
 
-    /// An external owner read late (newer than the removal that follows it)
-    /// survives the removal: the second read finds it still there.
+    /// An external client (nothing announced): its owner comes from the reads,
+    /// its release from the DEL, and an expiry ends its session.
     #[test]
-    fn an_external_owner_read_late_survives_the_older_removal() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let (mut s, path) = state(dir.path());
-        let (old, new) = ("uuid-old", "uuid-new");
-        s.set_read(0, "k0", Some(old));
-        s.set_read(1, "k0", Some(old));
-        s.set_read(0, "k0", Some(new)); // old released, new set: read late
-        s.set_read(1, "k0", Some(new));
-        assert!(s.needs_read(0, "k0"));
-        s.removed(0, "k0", Some(new), Cause::Released); // old's DEL: new is there
-        s.removed(1, "k0", Some(new), Cause::Released);
-        let obs = observed(&path);
-        let held: Vec<&str> = obs
+    fn an_external_client_is_seen_through_reads() {
+        let (a, b) = ("3:30:300:3", "4:40:400:4");
+        let key = "fencecheck:lock:k0";
+        let read = |v: &str| format!("read {key} {v}");
+        let (ra, rb) = (read(a), read(b));
+        let (reads, obs) = feed(&[
+            (0, SET, key),
+            (0, EVENTS, &ra),
+            (1, SET, key),
+            (1, EVENTS, &ra),
+            (0, DEL, key),
+            (1, DEL, key),
+            (0, SET, key),
+            (0, EVENTS, &rb),
+            (1, SET, key),
+            (1, EVENTS, &rb),
+            (0, EXPIRED, key),
+        ]);
+        assert_eq!(reads.len(), 4);
+        assert_eq!(ids(&obs, true), [a, b], "{obs:?}");
+        assert_eq!(ids(&obs, false), [a, b], "{obs:?}");
+        let ended: Vec<i64> = obs
             .iter()
             .filter_map(|o| match o {
-                Observation::Created { id, .. } => Some(id.as_str()),
+                Observation::SessionEnded { session, .. } => Some(*session),
                 _ => None,
             })
             .collect();
-        assert_eq!(held, [old, new], "{obs:?}");
-        // Only the old hold ended; the new one is still held.
-        let ended: Vec<&str> = obs
-            .iter()
-            .filter_map(|o| match o {
-                Observation::Deleted { id, .. } => Some(id.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(ended, [old], "{obs:?}");
+        assert_eq!(
+            ended,
+            [400],
+            "only b's hold ended without a release: {obs:?}"
+        );
     }
 }
