@@ -352,7 +352,7 @@ fn scenario(
         Ok(f) => f,
         Err(e) => return error(e),
     };
-    let scenario = match Scenario::load(&file) {
+    let scenario = match crate::plan::load(&file) {
         Ok(s) => s,
         Err(e) => return error(e),
     };
@@ -522,7 +522,7 @@ fn check(run_dir: &std::path::Path) -> i32 {
 fn validate(files: &[PathBuf], schedule: bool, seed: Option<u64>) -> i32 {
     let mut bad = 0;
     for f in files {
-        let s = match Scenario::locate(f).and_then(|p| Scenario::load(&p)) {
+        let s = match Scenario::locate(f).and_then(|p| crate::plan::load(&p)) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{e}");

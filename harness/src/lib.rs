@@ -1,6 +1,7 @@
 //! fencecheck: a chaos harness for distributed locks with fencing tokens.
 //!
-//! The path of data: [`scenario`] (TOML → Scenario) → [`run`] (backend, workers,
+//! The path of data: [`scenario`] (TOML → Scenario) → [`plan`] (can it run on this
+//! system and backend?) → [`run`] (backend, workers,
 //! nemesis) → files in the run directory ([`record`]: the history, the service's observations, the storage log) →
 //! [`check`] (pure checkers) → [`assess`] (report.json) → [`output`] (terminal).
 
@@ -13,6 +14,7 @@ pub mod junit;
 pub mod links;
 pub mod nemesis;
 pub mod output;
+pub mod plan;
 pub mod proc;
 pub mod record;
 pub mod resource;

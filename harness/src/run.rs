@@ -137,11 +137,8 @@ pub async fn run(
     let seed = apply_overrides(&mut scenario, o);
     // A fault the backend cannot do is bad input: refused before anything starts.
     let chosen = backend::choose(&scenario).await?;
-    if let Ok(text) = std::fs::read_to_string(scenario_path) {
-        let file = scenario_path.display().to_string();
-        crate::scenario::check_backend(&scenario, chosen.kind, &text, &file)?;
-    }
-    let (external, before) = match external_storage(&scenario, scenario_path).await? {
+    crate::plan::check(&scenario, chosen.kind)?;
+    let (external, before) = match external_storage(&scenario).await? {
         Some((addr, path, before)) => (Some((addr, path)), Some(before)),
         None => (None, None),
     };
@@ -223,16 +220,13 @@ pub async fn run(
 /// goes on and fails on it, naming the key).
 async fn external_storage(
     s: &Scenario,
-    scenario_path: &Path,
 ) -> Result<Option<(std::net::SocketAddr, String, Vec<assess::KeyBefore>)>, RunError> {
     let (StorageKind::Http, Some(url)) = (s.storage.kind, s.storage.url.as_deref()) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(scenario_path).unwrap_or_default();
-    let bad = |message: String| crate::scenario::ScenarioError {
-        file: scenario_path.display().to_string(),
-        line: crate::scenario::line_of_key(&text, "url"),
-        message: format!("storage.url = {url:?}: {message}"),
+    let bad = |message: String| {
+        s.source
+            .error_at_key("url", format!("storage.url = {url:?}: {message}"))
     };
     let (host, port, path) = crate::scenario::http_url(url).map_err(&bad)?;
     let addr = tokio::net::lookup_host((host.as_str(), port))

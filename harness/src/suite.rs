@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 use fencecheck_reports::{Report, SuiteEntry};
 
 use crate::run::{self, Overrides, RunError};
-use crate::scenario::Scenario;
 
 /// One scenario's outcome in a suite.
 pub struct Outcome {
@@ -60,7 +59,7 @@ pub async fn run_suite(
 ) -> Result<Vec<Outcome>> {
     let mut scenarios = Vec::new();
     for f in files {
-        scenarios.push((f.clone(), Scenario::load(f)?));
+        scenarios.push((f.clone(), crate::plan::load(f)?));
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut outcomes = Vec::new();

@@ -325,7 +325,11 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
         ),
     ];
     for (text, line, says) in cases {
-        let e = Scenario::parse(text, "bad.toml").expect_err(text);
+        // Parsed, then planned against the backend it names: a fault the system
+        // cannot take is the plan's to refuse (before anything starts).
+        let e = Scenario::parse(text, "bad.toml")
+            .and_then(|s| fencecheck::plan::check(&s, s.cluster.backend))
+            .expect_err(text);
         assert_eq!(e.line, Some(line), "{text}: {e}");
         assert!(e.to_string().contains(says), "{text}: {e}");
         assert!(
@@ -335,8 +339,8 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
     }
     // A clock jump on a backend that cannot step a clock (the docker backend runs
     // no clockshim): refused from the fault's declared availability.
+    use fencecheck::plan::{available, Availability};
     use fencecheck::scenario::{BackendKind, FaultKind, ServiceKind, Target};
-    use fencecheck::systems::service::{available, Availability};
     for svc in [ServiceKind::Redis, ServiceKind::Redlock] {
         match available(
             svc,

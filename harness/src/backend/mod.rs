@@ -3,6 +3,7 @@
 //! front of), and facts for the report. The nemesis reaches processes through
 //! [`Backend`].
 
+pub mod caps;
 pub mod docker;
 pub mod postgres;
 pub mod process;

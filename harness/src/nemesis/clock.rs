@@ -15,8 +15,29 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::{Nemesis, Planned, Resolved};
+use super::{Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
+use crate::scenario::FaultKind;
+
+/// The system's leases must expire by a member's wall clock, and the backend must
+/// run its members under clockshim.
+pub fn available(a: &Ask) -> Result<(), String> {
+    if !a.system.clock_jump {
+        return Err(format!(
+            "clock-jump steps a Redis instance's wall clock (clockshim under \
+             redis-server); {} is not available for it",
+            a.service
+        ));
+    }
+    if !a.backend.step_clocks {
+        return Err(
+            "clock-jump is done on the process backend only (clockshim is preloaded \
+             into redis-server processes); use backend = \"process\""
+                .into(),
+        );
+    }
+    Ok(())
+}
 
 /// How long the instance may take to show the step (clockshim reads its file
 /// again at most once a millisecond).
@@ -70,13 +91,13 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
     }
 }
 
-pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     let members: Vec<usize> = match target {
         Resolved::Members(m) => m.iter().map(|m| m.member).collect(),
         _ => Vec::new(),
     };
     // Stamped before the first step, so the window covers every early expiry.
-    let mut start = n.event(p, EventType::Invoke, F::ClockJump);
+    let mut start = n.event(p, EventType::Invoke, F::Fault(FaultKind::ClockJump));
     let mut done = Vec::new();
     let mut errors = Vec::new();
     for &m in &members {
@@ -102,7 +123,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     } else {
         EventType::Ok
     };
-    let mut end = n.event(p, kind, F::ClockJump);
+    let mut end = n.event(p, kind, F::Fault(FaultKind::ClockJump));
     end.detail = Some(serde_json::json!({
         "action": "window ends: every key set before the step would have expired by now; \
                    the clock stays ahead",

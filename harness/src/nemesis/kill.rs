@@ -2,8 +2,17 @@
 //! same data after `restart_after`. A member rejoins and catches up from its peers;
 //! the storage rebuilds its state from its own log before it answers.
 
-use super::{Nemesis, Planned, Resolved};
+use super::{Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
+use crate::scenario::FaultKind;
+
+/// A kill is undone by a restart on the same data: the backend must do both.
+pub fn available(a: &Ask) -> Result<(), String> {
+    if !(a.backend.kill && a.backend.restart) {
+        return Err(format!("the backend cannot kill and restart {}", a.target));
+    }
+    Ok(())
+}
 
 /// One thing to kill: a member by index, or the storage.
 #[derive(Clone, Copy)]
@@ -12,7 +21,7 @@ enum Victim {
     Storage,
 }
 
-pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     let victims: Vec<Victim> = match target {
         Resolved::Members(m) => m
             .iter()
@@ -38,7 +47,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
             },
         }
     }
-    let mut start = n.event(p, EventType::Invoke, F::Kill);
+    let mut start = n.event(p, EventType::Invoke, F::Fault(FaultKind::Kill));
     start.detail = Some(serde_json::json!({
         "action": "SIGKILL",
         "killed": killed,
@@ -68,7 +77,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     } else {
         EventType::Ok
     };
-    let mut end = n.event(p, kind, F::Kill);
+    let mut end = n.event(p, kind, F::Fault(FaultKind::Kill));
     end.detail = Some(serde_json::json!({ "action": "restart", "restarted": restarted }));
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));

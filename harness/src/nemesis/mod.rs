@@ -2,9 +2,16 @@
 //! actually did as `nemesis` events (an `invoke` at injection, `ok` when healed,
 //! `fail` when it could not be done), each pair sharing a `fault_id`.
 
+//! One file per fault kind, each with `available` (from the system's and the
+//! backend's declared capabilities, asked by `crate::plan` before anything starts)
+//! and `inject`: `pause`, `session` (revoke-lease, expire-session), `delay`,
+//! `partition` (both over `net`), `kill`, `clock` (clock-jump).
+
 pub mod clock;
+pub mod delay;
 pub mod kill;
 pub mod net;
+pub mod partition;
 pub mod pause;
 pub mod schedule;
 pub mod session;
@@ -18,13 +25,37 @@ use anyhow::Result;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::caps::Caps;
 use crate::backend::Backend;
 use crate::links::Links;
 use crate::record::history::{Event, EventType, EventWriter, Process, F};
-use crate::scenario::FaultKind;
-use crate::systems::service::LockService;
+use crate::scenario::{FaultKind, ServiceKind, Target};
+use crate::systems::service::{Capabilities, LockService};
 pub use schedule::{plan, Planned};
 pub use target::{Resolved, Victim};
+
+/// What a fault's availability is decided from: the system's and the backend's
+/// declared capabilities, the fault's kind and its target.
+pub struct Ask<'a> {
+    pub service: ServiceKind,
+    pub system: &'a Capabilities,
+    pub backend: &'a Caps,
+    pub kind: FaultKind,
+    pub target: Target,
+}
+
+/// Can this fault be done? The target's needs first, then the kind's.
+pub fn available(a: &Ask) -> Result<(), String> {
+    target::available(a)?;
+    match a.kind {
+        FaultKind::Pause => pause::available(a),
+        FaultKind::RevokeLease | FaultKind::ExpireSession => session::available(a),
+        FaultKind::Delay => delay::available(a),
+        FaultKind::Partition => partition::available(a),
+        FaultKind::Kill => kill::available(a),
+        FaultKind::ClockJump => clock::available(a),
+    }
+}
 
 /// What the nemesis can reach.
 pub struct World {
@@ -73,15 +104,7 @@ impl Nemesis {
     }
 
     async fn inject(&self, p: &Planned) {
-        let f = match p.kind {
-            FaultKind::Pause => F::Pause,
-            FaultKind::RevokeLease => F::RevokeLease,
-            FaultKind::ExpireSession => F::ExpireSession,
-            FaultKind::Delay => F::Delay,
-            FaultKind::Partition => F::Partition,
-            FaultKind::Kill => F::Kill,
-            FaultKind::ClockJump => F::ClockJump,
-        };
+        let f = F::Fault(p.kind);
         let resolved = match target::resolve(self, p.target).await {
             Ok(v) => v,
             Err(e) => {
@@ -95,13 +118,14 @@ impl Nemesis {
             }
         };
         match p.kind {
-            FaultKind::Pause => pause::run(self, p, &resolved).await,
+            FaultKind::Pause => pause::inject(self, p, &resolved).await,
             FaultKind::RevokeLease | FaultKind::ExpireSession => {
-                session::expire(self, p, &resolved, f).await
+                session::inject(self, p, &resolved).await
             }
-            FaultKind::Delay | FaultKind::Partition => net::run(self, p, &resolved).await,
-            FaultKind::Kill => kill::run(self, p, &resolved).await,
-            FaultKind::ClockJump => clock::run(self, p, &resolved).await,
+            FaultKind::Delay => delay::inject(self, p, &resolved).await,
+            FaultKind::Partition => partition::inject(self, p, &resolved).await,
+            FaultKind::Kill => kill::inject(self, p, &resolved).await,
+            FaultKind::ClockJump => clock::inject(self, p, &resolved).await,
         }
     }
 

@@ -1,35 +1,39 @@
-//! `delay` and `partition`: faults on links, through fencecheck's own TCP proxies
-//! (the kernel here has no netem). Both directions of every chosen link: a delay
-//! adds latency ± jitter to every chunk; a partition blackholes bytes while
-//! connections stay open, as a dead network path does.
+//! What `delay` (`delay.rs`) and `partition` (`partition.rs`) share: a fault on
+//! links, through fencecheck's own TCP proxies (the kernel here has no netem).
+//! Both directions of every chosen link: a delay adds latency ± jitter to every
+//! chunk; a partition blackholes bytes while connections stay open, as a dead
+//! network path does.
 
 use faultproxy::{Direction, Fault};
 
 use super::target::member_links;
-use super::{Nemesis, Planned, Resolved};
+use super::{Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
-use crate::scenario::FaultKind;
 
-pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
-    let (f, fault) = match p.kind {
-        FaultKind::Delay => (
-            F::Delay,
-            Fault::Latency {
-                latency: p.latency,
-                jitter: p.latency_jitter,
-            },
-        ),
-        _ => (F::Partition, Fault::Blackhole),
-    };
+/// Member links exist only where the system's members talk to each other.
+pub fn member_links_available(a: &Ask) -> Result<(), String> {
+    if a.target.is_members() && !a.system.peer_links {
+        return Err(format!(
+            "{} of {}: {} instances have no peer links; use holder->service or \
+             workers->service",
+            a.kind, a.target, a.service
+        ));
+    }
+    Ok(())
+}
+
+pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
+    let f = F::Fault(p.kind);
     let proxies = match target {
         Resolved::Links { proxies, .. } => proxies.clone(),
         Resolved::Members(m) => member_links(n, m),
         _ => Vec::new(),
     };
-    // Without peer proxies (containers on a docker network) the backend isolates
-    // members itself; it can cut but not slow them.
+    // A backend without peer proxies (containers on a docker network) isolates
+    // members itself; it can cut but not slow them (the plan refused the delay).
+    let peer_proxies = n.world.backend.lock().await.caps().peer_proxies;
     let isolated: Vec<usize> = match target {
-        Resolved::Members(m) if proxies.is_empty() && f == F::Partition => {
+        Resolved::Members(m) if !peer_proxies && fault == Fault::Blackhole => {
             let ids: Vec<usize> = m.iter().map(|m| m.member).collect();
             match n.world.backend.lock().await.isolate(&ids, true).await {
                 Ok(()) => ids,

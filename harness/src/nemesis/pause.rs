@@ -7,9 +7,19 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::{Nemesis, Planned, Resolved};
+use super::{Ask, Nemesis, Planned, Resolved};
 use crate::backend::Service;
 use crate::record::history::{EventType, F};
+use crate::scenario::{FaultKind, Target};
+
+/// Workers are frozen by the nemesis itself; members and the storage by the
+/// backend.
+pub fn available(a: &Ask) -> Result<(), String> {
+    if (a.target.is_members() || a.target == Target::Storage) && !a.backend.pause {
+        return Err(format!("the backend cannot pause {}", a.target));
+    }
+    Ok(())
+}
 
 /// Signals `pid`'s whole process group when `pid` leads one — a worker does,
 /// and an external lock client runs in it (`[client]`): the application freezes
@@ -30,7 +40,7 @@ pub fn cont(pid: u32) -> nix::Result<()> {
     signal(pid, Signal::SIGCONT)
 }
 
-pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
+pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     let services: Vec<Service> = match target {
         Resolved::Members(m) => m.iter().map(|m| Service::Member(m.member)).collect(),
         Resolved::Storage => vec![Service::Storage],
@@ -68,7 +78,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
             Err(e) => errors.push(format!("pause {svc:?}: {e:#}")),
         }
     }
-    let mut start = n.event(p, EventType::Invoke, F::Pause);
+    let mut start = n.event(p, EventType::Invoke, F::Fault(FaultKind::Pause));
     start.detail = Some(serde_json::json!({
         "action": "pause",
         "target": target.describe(),
@@ -95,7 +105,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved) {
     } else {
         EventType::Ok
     };
-    let mut end = n.event(p, kind, F::Pause);
+    let mut end = n.event(p, kind, F::Fault(FaultKind::Pause));
     end.detail = Some(serde_json::json!({ "action": "resume" }));
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));

@@ -34,18 +34,18 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
     for (spec, f) in scenario.faults.iter().enumerate() {
         let duration = f.window(scenario.lock.ttl);
         let fits = |at: Duration| at + duration < scenario.duration;
-        if let Some(at) = f.at {
+        if let Some(at) = f.at() {
             if fits(at) {
                 out.push((spec, at, duration));
             }
             continue;
         }
-        let Some(every) = f.every else { continue };
+        let Some(every) = f.every() else { continue };
         let mut t = Duration::ZERO;
         // A fault of one table never overlaps the previous one of the same table.
         let mut prev_end = Duration::ZERO;
         loop {
-            let gap = if f.jitter {
+            let gap = if f.jitter() {
                 Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
             } else {
                 every
@@ -63,6 +63,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
         .enumerate()
         .map(|(i, (spec, at, duration))| {
             let f = &scenario.faults[spec];
+            let (latency, latency_jitter) = f.latency();
             Planned {
                 id: i as u32 + 1,
                 spec,
@@ -70,9 +71,9 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 target: f.target,
                 at,
                 duration,
-                latency: f.latency.unwrap_or_default(),
-                latency_jitter: f.latency_jitter.unwrap_or_default(),
-                by: f.by.unwrap_or_default(),
+                latency: latency.unwrap_or_default(),
+                latency_jitter: latency_jitter.unwrap_or_default(),
+                by: f.by().unwrap_or_default(),
             }
         })
         .collect()

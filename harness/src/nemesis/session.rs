@@ -3,13 +3,30 @@
 //! entry goes with it; the next waiter is granted the lock while the victim still
 //! believes it holds it.
 
-use super::{Nemesis, Planned, Resolved};
+use super::{Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
+use crate::scenario::FaultKind;
 
-pub async fn expire(n: &Nemesis, p: &Planned, target: &Resolved, f: F) {
+/// What the system declares: etcd has leases to revoke; a session to expire,
+/// every system that has sessions.
+pub fn available(a: &Ask) -> Result<(), String> {
+    if a.kind == FaultKind::RevokeLease && !a.system.revoke_lease {
+        return Err(format!(
+            "{} has no leases to revoke; use kind = \"expire-session\"",
+            a.service
+        ));
+    }
+    if a.kind == FaultKind::ExpireSession && !a.system.expire_session {
+        return Err(format!("{} cannot expire a session", a.service));
+    }
+    Ok(())
+}
+
+pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
+    let f = F::Fault(p.kind);
     let mut start = n.event(p, EventType::Invoke, f);
-    let action = match f {
-        F::RevokeLease => "LeaseRevoke",
+    let action = match p.kind {
+        FaultKind::RevokeLease => "LeaseRevoke",
         _ => "expire session",
     };
     start.detail = Some(serde_json::json!({ "action": action, "target": target.describe() }));

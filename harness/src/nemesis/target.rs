@@ -11,8 +11,23 @@ use rand::seq::{IteratorRandom, SliceRandom};
 use rand::Rng;
 use serde::Serialize;
 
-use super::Nemesis;
+use super::{Ask, Nemesis};
 use crate::scenario::Target;
+
+/// Whether the system has what the target names, whatever the fault.
+pub fn available(a: &Ask) -> Result<(), String> {
+    let t = a.target;
+    if matches!(t, Target::Leader | Target::EtcdMajorityMinority) && !a.system.leader {
+        return Err(format!("{} has no leader to find", a.service));
+    }
+    if t == Target::EtcdMajorityMinority && !a.system.majority_minority {
+        return Err(format!(
+            "etcd-majority-minority is etcd's; on {} use majority or minority",
+            a.service
+        ));
+    }
+    Ok(())
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Victim {

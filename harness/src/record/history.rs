@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 pub use fencecheck_storage::monotonic_ns;
 
+use crate::scenario::FaultKind;
+
 /// Who an event belongs to: a worker number, or a named actor (`"nemesis"`, `"final"`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -55,9 +57,11 @@ pub enum EventType {
     Info,
 }
 
-/// What an event is about.
+/// What an event is about: a worker's operation, or a nemesis fault (`invoke`
+/// when injected, `ok`/`fail` when healed / not done) of the scenario's own kinds.
+/// Written as one kebab-case word either way (`"acquire"`, `"pause"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(into = "String", try_from = "String")]
 pub enum F {
     Acquire,
     Release,
@@ -67,25 +71,58 @@ pub enum F {
     /// An external lock client broke the protocol (`fail`: the worker stopped it
     /// and ended) or left a request unanswered (`info`: unknown; restarted).
     ClientError,
-    /// Nemesis faults: `invoke` when injected, `ok`/`fail` when healed / not done.
-    Pause,
-    RevokeLease,
-    ExpireSession,
-    Delay,
-    Partition,
-    Kill,
-    ClockJump,
+    /// Nemesis faults, named as in the scenario.
+    Fault(FaultKind),
     /// Heal phase: the final read of a key by a fresh client.
     FinalRead,
 }
 
+impl F {
+    const OPS: [F; 7] = [
+        F::Acquire,
+        F::Release,
+        F::Read,
+        F::Write,
+        F::KeepaliveLost,
+        F::ClientError,
+        F::FinalRead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            F::Acquire => "acquire",
+            F::Release => "release",
+            F::Read => "read",
+            F::Write => "write",
+            F::KeepaliveLost => "keepalive-lost",
+            F::ClientError => "client-error",
+            F::Fault(k) => k.as_str(),
+            F::FinalRead => "final-read",
+        }
+    }
+}
+
+impl From<F> for String {
+    fn from(f: F) -> String {
+        f.as_str().to_string()
+    }
+}
+
+impl TryFrom<String> for F {
+    type Error = String;
+    fn try_from(s: String) -> Result<F, String> {
+        if let Some(op) = F::OPS.into_iter().find(|f| f.as_str() == s) {
+            return Ok(op);
+        }
+        s.parse()
+            .map(F::Fault)
+            .map_err(|_| format!("unknown f {s:?}"))
+    }
+}
+
 impl fmt::Display for F {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        f.write_str(&s)
+        f.write_str(self.as_str())
     }
 }
 
@@ -259,7 +296,11 @@ mod tests {
         assert_eq!(v["type"], "ok");
         assert_eq!(v["f"], "write");
         assert!(v.get("session").is_none(), "empty fields are omitted");
-        let n = Event::new(Process::nemesis(), EventType::Invoke, F::RevokeLease);
+        let n = Event::new(
+            Process::nemesis(),
+            EventType::Invoke,
+            F::Fault(FaultKind::RevokeLease),
+        );
         let v = serde_json::to_value(&n).expect("json");
         assert_eq!(v["process"], "nemesis");
         assert_eq!(v["f"], "revoke-lease");
@@ -291,5 +332,21 @@ mod tests {
         assert_eq!(evs[2].index, 2);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].contains("torn last line"), "{problems:?}");
+    }
+}
+
+#[cfg(test)]
+mod f_tests {
+    use super::*;
+
+    #[test]
+    fn every_f_reads_back_as_itself() {
+        let faults = FaultKind::ALL.into_iter().map(F::Fault);
+        for f in F::OPS.into_iter().chain(faults) {
+            let v = serde_json::to_value(f).expect("json");
+            assert_eq!(v, serde_json::json!(f.as_str()));
+            assert_eq!(serde_json::from_value::<F>(v).expect("back"), f);
+        }
+        assert!(serde_json::from_str::<F>("\"paus\"").is_err());
     }
 }

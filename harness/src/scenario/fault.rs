@@ -1,10 +1,16 @@
-//! `[[fault]]` tables: the fault kinds and the targets they hit.
+//! `[[fault]]` tables: the fault kinds, the targets they hit, and each kind's own
+//! fields. A table is a tagged enum ([`Fault`], tagged by `kind`): a field a kind
+//! does not take is a serde error, located by [`locate_error`] at its own line.
+//! What a kind needs (a `duration`, a `latency`, a `by`) and which targets fit it
+//! are its own rules ([`Fault::check`]); what the lock system or the backend can do
+//! is not the config's to know (`crate::plan`).
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// The one list of fault kinds: the scenario's `kind` and the history's `f` of a
+/// nemesis event (`crate::record::history::F::Fault`) are both this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
@@ -30,9 +36,19 @@ pub enum FaultKind {
     ClockJump,
 }
 
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Pause,
+        FaultKind::RevokeLease,
+        FaultKind::ExpireSession,
+        FaultKind::Delay,
+        FaultKind::Partition,
+        FaultKind::Kill,
+        FaultKind::ClockJump,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
             FaultKind::Pause => "pause",
             FaultKind::RevokeLease => "revoke-lease",
             FaultKind::ExpireSession => "expire-session",
@@ -40,7 +56,23 @@ impl fmt::Display for FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::Kill => "kill",
             FaultKind::ClockJump => "clock-jump",
-        })
+        }
+    }
+}
+
+impl std::str::FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown fault kind {s:?}"))
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -191,81 +223,6 @@ impl fmt::Display for Target {
             Target::RandomMembers => f.write_str("random-members"),
             Target::EtcdMajorityMinority => f.write_str("etcd-majority-minority"),
             Target::Storage => f.write_str("storage"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultSpec {
-    pub kind: FaultKind,
-    #[serde(default)]
-    pub target: Target,
-    /// One injection at this offset from the start of the run.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub at: Option<Duration>,
-    /// Repeated injections; the first one after `every` (or a random gap with jitter).
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub every: Option<Duration>,
-    /// With `every`: gaps drawn uniformly from [0, 2*every) with the scenario's seed.
-    #[serde(default)]
-    pub jitter: bool,
-    /// How long the fault lasts (pause, delay, partition); a kill lasts until the
-    /// restart; revoke-lease is instantaneous.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub duration: Option<Duration>,
-    /// delay: added latency per chunk, each way.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub latency: Option<Duration>,
-    /// delay: uniform ± jitter around `latency`.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub latency_jitter: Option<Duration>,
-    /// kill: how long the member (or storage) stays dead before it is restarted
-    /// (default 3s).
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub restart_after: Option<Duration>,
-    /// clock-jump: how far the instance's wall clock steps forward.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub by: Option<Duration>,
-}
-
-impl FaultSpec {
-    /// How long one occurrence lasts, for the schedule (`ttl`: the lock's, the
-    /// default window of a clock jump).
-    pub fn window(&self, ttl: Duration) -> Duration {
-        match self.kind {
-            FaultKind::ClockJump => self.duration.unwrap_or(ttl),
-            FaultKind::RevokeLease | FaultKind::ExpireSession => Duration::ZERO,
-            FaultKind::Kill => self.restart_after.unwrap_or(Duration::from_secs(3)),
-            _ => self.duration.unwrap_or_default(),
         }
     }
 }

@@ -16,16 +16,18 @@ pub use fencecheck_storage::{Durability, Fencing};
 mod client;
 mod expect;
 mod fault;
+mod fault_spec;
 mod locate;
 mod pg;
 mod validate;
 
 pub use client::Client;
 pub use expect::{Count, Expect, Holds};
-pub use fault::{FaultKind, FaultSpec, Target};
+pub use fault::{FaultKind, Target};
+pub use fault_spec::{Fault, FaultSpec};
 pub use locate::{locate, shipped_names};
 pub use pg::{Isolation, SyncCommit};
-pub use validate::{check_backend, http_url, line_of_key};
+pub use validate::{http_url, line_of_key, line_of_nth_table_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +63,37 @@ pub struct Scenario {
     pub faults: Vec<FaultSpec>,
     #[serde(default)]
     pub expect: Expect,
+    /// The file it was read from, kept so that every later error (the plan's, the
+    /// run's) points at a line without reading the file again.
+    #[serde(skip)]
+    pub source: Source,
+}
+
+/// A scenario's file name and text, as read.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    pub file: String,
+    pub text: String,
+}
+
+impl Source {
+    /// An error at `key`'s first line.
+    pub fn error_at_key(&self, key: &str, message: String) -> ScenarioError {
+        ScenarioError {
+            file: self.file.clone(),
+            line: line_of_key(&self.text, key),
+            message,
+        }
+    }
+
+    /// An error at `key` in the `i`-th `[[fault]]` table (or at its header).
+    pub fn error_at_fault(&self, i: usize, key: &str, message: String) -> ScenarioError {
+        ScenarioError {
+            file: self.file.clone(),
+            line: line_of_nth_table_key(&self.text, "[[fault]]", i, key),
+            message,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -543,12 +576,19 @@ impl Scenario {
     fn parse_with(text: &str, file: &str, find_client: bool) -> Result<Scenario, ScenarioError> {
         let mut sc: Scenario = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| validate::line_of_offset(text, s.start));
+            let (line, message) = line
+                .and_then(|l| fault_spec::locate_error(text, l))
+                .unwrap_or_else(|| (line, e.message().to_string()));
             ScenarioError {
                 file: file.to_string(),
                 line,
-                message: e.message().to_string(),
+                message,
             }
         })?;
+        sc.source = Source {
+            file: file.to_string(),
+            text: text.to_string(),
+        };
         validate::validate(&sc, text, file)?;
         client::resolve(&mut sc, text, file, find_client)?;
         Ok(sc)
@@ -688,9 +728,6 @@ mutex_overlaps = ">0"
         let docker = format!("{base}[cluster]\nbackend = \"docker\"\n");
         let d = Scenario::parse(&docker, "k.toml").expect("docker: valid");
         assert_eq!(d.cluster.backend, BackendKind::Docker);
-        for b in [BackendKind::Docker, BackendKind::Process] {
-            validate::check_backend(&s, b, base, "k.toml").expect("either backend");
-        }
     }
 
     #[test]

@@ -1,15 +1,14 @@
 //! The cross-field rules of a scenario, run after parsing; each error points at the
-//! line of the field it names. What a lock service or a backend cannot do is
-//! refused here too, from the capabilities they declare (`crate::systems::service`), before
-//! anything starts.
+//! line of the field it names. What a lock system or a backend cannot do is not
+//! the config's to know: `crate::plan` refuses it from their declared
+//! capabilities, before anything starts.
 
 use std::time::Duration;
 
 use super::{
-    BackendKind, Durability, EtcdVersion, FaultKind, Fencing, Scenario, ScenarioError, ServiceKind,
-    StorageKind, Target, TokenMode, TokenName,
+    Durability, EtcdVersion, Fencing, Scenario, ScenarioError, ServiceKind, StorageKind, Target,
+    TokenMode, TokenName,
 };
-use crate::systems::service::{self, Availability};
 
 pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
     let err = |key: &str, message: String| ScenarioError {
@@ -123,15 +122,6 @@ fn service_rules(
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
-    if s.cluster.backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
-        return Err(err(
-            "backend",
-            format!(
-                "{svc} does not run on the docker backend yet; expected backend = \"process\" \
-                 (or \"auto\", which runs it as processes)"
-            ),
-        ));
-    }
     if let Some(v) = &s.cluster.version {
         let ok = match svc {
             ServiceKind::Etcd => v.parse::<EtcdVersion>().is_ok(),
@@ -302,96 +292,8 @@ fn fault_rules(
         line: line_of_nth_table_key(text, "[[fault]]", i, key),
         message: format!("fault #{} ({}): {message}", i + 1, f.kind),
     };
-    match (f.at, f.every) {
-        (None, None) => return Err(ferr("kind", "needs `at` or `every`".into())),
-        (Some(_), Some(_)) => {
-            return Err(ferr("every", "has both `at` and `every`; pick one".into()))
-        }
-        (_, Some(e)) if e < Duration::from_millis(100) => {
-            return Err(ferr("every", "`every` must be at least 100ms".into()))
-        }
-        _ => {}
-    }
-    if f.jitter && f.every.is_none() {
-        return Err(ferr("jitter", "`jitter` only goes with `every`".into()));
-    }
+    f.fault.check().map_err(|(key, why)| ferr(key, why))?;
     let t = f.target;
-    let ok_target = match f.kind {
-        FaultKind::Pause => t.is_worker() || t.is_members() || t == Target::Storage,
-        FaultKind::RevokeLease | FaultKind::ExpireSession => {
-            matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
-        }
-        FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
-        FaultKind::Kill => t.is_members() || t == Target::Storage,
-        FaultKind::ClockJump => t.is_members(),
-    };
-    if !ok_target {
-        let want = match f.kind {
-            FaultKind::Pause => {
-                "holder, random-worker, all-workers, worker:N, a member target (leader, \
-                 member:N, all-members, majority, minority, random-members) or storage"
-            }
-            FaultKind::RevokeLease | FaultKind::ExpireSession => {
-                "holder, random-worker or worker:N"
-            }
-            FaultKind::Delay | FaultKind::Partition => {
-                "workers->service, holder->service, workers->storage or a member target \
-                 (leader, member:N, all-members, majority, minority, random-members, \
-                 etcd-majority-minority)"
-            }
-            FaultKind::Kill => {
-                "a member target (leader, member:N, all-members, majority, minority, \
-                 random-members) or storage"
-            }
-            FaultKind::ClockJump => {
-                "a member target (member:N, all-members, majority, minority, random-members)"
-            }
-        };
-        return Err(ferr(
-            "target",
-            format!("target {t} does not fit; expected {want}"),
-        ));
-    }
-    let needs_duration = matches!(
-        f.kind,
-        FaultKind::Pause | FaultKind::Delay | FaultKind::Partition
-    );
-    if needs_duration && f.duration.is_none() {
-        return Err(ferr("kind", format!("a {} needs a `duration`", f.kind)));
-    }
-    if f.kind == FaultKind::Delay && f.latency.is_none() {
-        return Err(ferr("kind", "a delay needs a `latency`".into()));
-    }
-    if f.kind != FaultKind::Delay && (f.latency.is_some() || f.latency_jitter.is_some()) {
-        return Err(ferr(
-            "latency",
-            "`latency` goes only with kind = \"delay\"".into(),
-        ));
-    }
-    match (f.kind, f.by) {
-        (FaultKind::ClockJump, None) => {
-            return Err(ferr(
-                "kind",
-                "a clock-jump needs `by` (how far the clock steps forward, e.g. \"10s\")".into(),
-            ))
-        }
-        (FaultKind::ClockJump, Some(by)) if by < Duration::from_millis(1) => {
-            return Err(ferr("by", "`by` must be at least 1ms".into()))
-        }
-        (FaultKind::ClockJump, _) | (_, None) => {}
-        (_, Some(_)) => {
-            return Err(ferr(
-                "by",
-                "`by` goes only with kind = \"clock-jump\"".into(),
-            ))
-        }
-    }
-    if f.kind != FaultKind::Kill && f.restart_after.is_some() {
-        return Err(ferr(
-            "restart_after",
-            "`restart_after` goes only with kind = \"kill\"".into(),
-        ));
-    }
     if t == Target::Storage && s.storage.kind == StorageKind::Http {
         return Err(ferr(
             "target",
@@ -441,31 +343,6 @@ fn fault_rules(
                     s.lock.service
                 ),
             ));
-        }
-    }
-    match service::available(s.lock.service, s.cluster.backend, f.kind, t) {
-        Availability::Yes => Ok(()),
-        Availability::No(why) => Err(ferr("kind", why)),
-    }
-}
-
-/// Is every fault of `s` available on the backend that was actually chosen? (For
-/// `backend = "auto"` validation accepts what either backend can do; the run
-/// checks again once the backend is known, before anything starts.)
-pub fn check_backend(
-    s: &Scenario,
-    backend: BackendKind,
-    text: &str,
-    file: &str,
-) -> Result<(), ScenarioError> {
-    for (i, f) in s.faults.iter().enumerate() {
-        if let Availability::No(why) = service::available(s.lock.service, backend, f.kind, f.target)
-        {
-            return Err(ScenarioError {
-                file: file.to_string(),
-                line: line_of_nth_table_key(text, "[[fault]]", i, "kind"),
-                message: format!("fault #{} ({}): {why}", i + 1, f.kind),
-            });
         }
     }
     Ok(())

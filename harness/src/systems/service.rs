@@ -1,9 +1,9 @@
 //! The lock-service seam, harness side: how a lock service is deployed on a backend,
 //! what the harness can ask it (holders, leader, sessions) **from its own state**,
 //! what it can do to it (expire a session), what it records of it (the grants and
-//! session ends it observes, for the findings), and which faults it can take —
-//! declared up front, as etcd robustness's `failpoint.Available`, so `validate`
-//! refuses the rest before anything starts. Each service sits beside the trait.
+//! session ends it observes, for the findings), and what it can take — declared up
+//! front ([`Capabilities`]), as etcd robustness's `failpoint.Available`, so the
+//! plan refuses the rest before anything starts. Each service sits beside the trait.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,16 +13,10 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::scenario::{BackendKind, FaultKind, Scenario, ServiceKind, Target};
+use crate::scenario::{Scenario, ServiceKind};
 
-/// Is a fault available for a service on a backend?
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Availability {
-    Yes,
-    No(String),
-}
-
-/// What a service can take, whatever the backend.
+/// What a system can take, whatever the backend: declared by each system, read by
+/// the plan (`crate::plan`) and the nemesis's per-kind availability.
 pub struct Capabilities {
     /// `expire-session` (etcd: LeaseRevoke; ZooKeeper: session expiry).
     pub expire_session: bool,
@@ -30,70 +24,17 @@ pub struct Capabilities {
     pub revoke_lease: bool,
     /// The service has a leader the harness can find (`leader` targets).
     pub leader: bool,
+    /// Members talk to each other (peer links a partition or a delay can hit).
+    pub peer_links: bool,
+    /// `etcd-majority-minority`: the leader plus a minority, cut off (etcd's).
+    pub majority_minority: bool,
+    /// `clock-jump`: its leases expire by a member's wall clock (Redis).
+    pub clock_jump: bool,
 }
 
-/// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
-/// what either backend can do (the run checks again once it knows which).
-pub fn available(
-    service: ServiceKind,
-    backend: BackendKind,
-    kind: FaultKind,
-    target: Target,
-) -> Availability {
-    let caps = crate::systems::system(service).capabilities();
-    if kind == FaultKind::RevokeLease && !caps.revoke_lease {
-        return Availability::No(format!(
-            "{service} has no leases to revoke; use kind = \"expire-session\""
-        ));
-    }
-    if kind == FaultKind::ExpireSession && !caps.expire_session {
-        return Availability::No(format!("{service} cannot expire a session"));
-    }
-    if matches!(target, Target::Leader | Target::EtcdMajorityMinority) && !caps.leader {
-        return Availability::No(format!("{service} has no leader to find"));
-    }
-    if target == Target::EtcdMajorityMinority && service != ServiceKind::Etcd {
-        return Availability::No(format!(
-            "etcd-majority-minority is etcd's; on {service} use majority or minority"
-        ));
-    }
-    // The clock is stepped by clockshim under redis-server processes: Redis only
-    // (its expiry reads the wall clock), process backend only.
-    if kind == FaultKind::ClockJump {
-        if !service.is_redis() {
-            return Availability::No(format!(
-                "clock-jump steps a Redis instance's wall clock (clockshim under \
-                 redis-server); {service} is not available for it"
-            ));
-        }
-        if backend == BackendKind::Docker {
-            return Availability::No(
-                "clock-jump is done on the process backend only (clockshim is preloaded \
-                 into redis-server processes); use backend = \"process\""
-                    .into(),
-            );
-        }
-    }
-    // Redis instances have no peers, hence no peer proxies to cut or slow.
-    if service.is_redis()
-        && matches!(kind, FaultKind::Delay | FaultKind::Partition)
-        && target.is_members()
-    {
-        return Availability::No(format!(
-            "{kind} of {target}: {service} instances have no peer links; use \
-             holder->service or workers->service"
-        ));
-    }
-    // Member links are slowed through the peer proxies, which only the process
-    // backend has; a docker member can be cut off (network disconnect), not slowed.
-    if backend == BackendKind::Docker && kind == FaultKind::Delay && target.is_members() {
-        return Availability::No(format!(
-            "delay of {target} needs peer proxies, which only the process backend has \
-             (docker can partition members, not slow them)"
-        ));
-    }
-    Availability::Yes
-}
+// The availability of a fault moved to `crate::plan`; the backend's `auto` choice
+// still asks it here.
+pub use crate::plan::{available, Availability};
 
 /// Addresses of one member on the process backend: its client address (reached by
 /// the harness directly, by workers through their proxies), and for each peer port

@@ -28,6 +28,9 @@ impl crate::systems::System for Etcd {
             expire_session: true,
             revoke_lease: true,
             leader: true,
+            peer_links: true,
+            majority_minority: true,
+            clock_jump: false,
         }
     }
     fn runs_on_docker(&self) -> bool {

@@ -29,11 +29,15 @@ pub struct Redis {
 impl crate::systems::System for Redis {
     fn capabilities(&self) -> Capabilities {
         // expire-session deletes the holder's key(s). One Redis instance is its own
-        // "leader"; Redlock's masters have none.
+        // "leader"; Redlock's masters have none. Instances have no peers; their key
+        // expiry reads the wall clock, which clockshim can step.
         Capabilities {
             expire_session: true,
             revoke_lease: false,
             leader: !self.redlock,
+            peer_links: false,
+            majority_minority: false,
+            clock_jump: true,
         }
     }
     fn runs_on_docker(&self) -> bool {

@@ -28,6 +28,9 @@ impl crate::systems::System for Zookeeper {
             expire_session: true,
             revoke_lease: false,
             leader: true,
+            peer_links: true,
+            majority_minority: false,
+            clock_jump: false,
         }
     }
     fn runs_on_docker(&self) -> bool {

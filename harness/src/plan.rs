@@ -1,0 +1,163 @@
+//! The plan step: a valid scenario × the lock system's declared capabilities ×
+//! the backend's → the go-ahead, or an error with file:line. Asked once before
+//! anything starts: by `validate`, `scenario` and `suite` for the backend the file
+//! names (`auto`: what either backend can do), and by the run again once it has
+//! chosen its backend. The scenario knows nothing of systems or backends; this is
+//! where the three meet. Each fault kind decides its own availability
+//! (`crate::nemesis::<kind>::available`).
+
+use std::path::Path;
+
+use crate::backend::caps;
+use crate::nemesis::{self, Ask};
+use crate::scenario::{BackendKind, FaultKind, Scenario, ScenarioError, ServiceKind, Target};
+
+/// Is a fault available for a service on a backend?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Yes,
+    No(String),
+}
+
+/// Whether `kind` on `target` can be done for `service` on `backend`. For `auto`,
+/// what either backend can do.
+pub fn available(
+    service: ServiceKind,
+    backend: BackendKind,
+    kind: FaultKind,
+    target: Target,
+) -> Availability {
+    let system = crate::systems::system(service).capabilities();
+    let backend = caps::of(backend);
+    let ask = Ask {
+        service,
+        system: &system,
+        backend: &backend,
+        kind,
+        target,
+    };
+    match nemesis::available(&ask) {
+        Ok(()) => Availability::Yes,
+        Err(why) => Availability::No(why),
+    }
+}
+
+/// Reads a scenario file and checks it against the backend it names.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    let s = Scenario::load(path)?;
+    check(&s, s.cluster.backend)?;
+    Ok(s)
+}
+
+/// Can `s` run on `backend`? The system must run there, and every fault must be
+/// available; errors point at the scenario's own lines.
+pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
+    let svc = s.lock.service;
+    if backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
+        return Err(s.source.error_at_key(
+            "backend",
+            format!(
+                "{svc} does not run on the docker backend yet; expected backend = \"process\" \
+                 (or \"auto\", which runs it as processes)"
+            ),
+        ));
+    }
+    for (i, f) in s.faults.iter().enumerate() {
+        if let Availability::No(why) = available(svc, backend, f.kind, f.target) {
+            let message = format!("fault #{} ({}): {why}", i + 1, f.kind);
+            return Err(s.source.error_at_fault(i, "kind", message));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_kill_runs_on_both_backends() {
+        // The docker backend kills and starts its storage container like a member.
+        let text = "name = \"x\"\n[[fault]]\nkind = \"kill\"\ntarget = \"storage\"\nat = \"2s\"\n";
+        let s = Scenario::parse(text, "k.toml").expect("valid");
+        for b in [BackendKind::Docker, BackendKind::Process, BackendKind::Auto] {
+            check(&s, b).expect("either backend");
+        }
+    }
+
+    #[test]
+    fn a_fault_the_backend_cannot_do_points_at_its_kind() {
+        let text = "name = \"x\"\n[cluster]\nmembers = 3\n\n[[fault]]\nkind = \"delay\"\n\
+                    target = \"leader\"\nat = \"1s\"\nduration = \"1s\"\nlatency = \"5ms\"\n";
+        let s = Scenario::parse(text, "d.toml").expect("valid");
+        check(&s, BackendKind::Process).expect("process has peer proxies");
+        check(&s, BackendKind::Auto).expect("auto: either backend");
+        let e = check(&s, BackendKind::Docker).expect_err("docker cannot slow members");
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.starts_with("fault #1 (delay): "), "{e}");
+        assert!(e.message.contains("peer proxies"), "{e}");
+    }
+
+    #[test]
+    fn each_kind_is_available_where_the_system_and_the_backend_declare_it() {
+        use BackendKind::{Auto, Docker, Process};
+        use FaultKind::*;
+        use ServiceKind::{Etcd, Redis, Redlock, Zookeeper};
+        let t = |s: &str| Target::try_from(s.to_string()).expect("target");
+        // (service, backend, kind, target, None = available / Some(a word of why not))
+        let cases = [
+            (Etcd, Docker, Pause, "leader", None),
+            (Etcd, Docker, Kill, "storage", None),
+            (Etcd, Process, RevokeLease, "holder", None),
+            (Etcd, Process, Delay, "leader", None),
+            (Etcd, Auto, Delay, "leader", None),
+            (Etcd, Docker, Delay, "leader", Some("peer proxies")),
+            (Etcd, Docker, Delay, "workers->service", None),
+            (Etcd, Docker, Partition, "etcd-majority-minority", None),
+            (Etcd, Process, ClockJump, "member:0", Some("clockshim")),
+            (
+                Zookeeper,
+                Process,
+                RevokeLease,
+                "holder",
+                Some("expire-session"),
+            ),
+            (Zookeeper, Process, ExpireSession, "holder", None),
+            (
+                Zookeeper,
+                Process,
+                Partition,
+                "etcd-majority-minority",
+                Some("etcd's"),
+            ),
+            (Zookeeper, Process, Pause, "leader", None),
+            (Redlock, Process, Pause, "leader", Some("no leader")),
+            (
+                Redlock,
+                Process,
+                Partition,
+                "member:0",
+                Some("no peer links"),
+            ),
+            (Redis, Docker, Delay, "member:0", Some("no peer links")),
+            (Redis, Process, Delay, "holder->service", None),
+            (Redis, Process, ClockJump, "member:0", None),
+            (Redis, Auto, ClockJump, "member:0", None),
+            (
+                Redis,
+                Docker,
+                ClockJump,
+                "member:0",
+                Some("process backend only"),
+            ),
+        ];
+        for (svc, backend, kind, target, why_not) in cases {
+            let got = available(svc, backend, kind, t(target));
+            match (why_not, &got) {
+                (None, Availability::Yes) => {}
+                (Some(word), Availability::No(why)) if why.contains(word) => {}
+                _ => panic!("{svc} {backend:?} {kind} {target}: {got:?}, expected {why_not:?}"),
+            }
+        }
+    }
+}
