@@ -48,6 +48,15 @@ pub trait System: Sync {
     /// name: an error skips that image (not installed here), an error of the
     /// whole fails the command (etcd: one per version in `etcd`, provisioned).
     fn image_deploys(&self, etcd: &[EtcdVersion], say: &dyn Fn(&str)) -> Result<Vec<ImageDeploy>>;
+    /// The `[lock] persistence` the run has, for the report (systems that keep
+    /// their data by a setting of it).
+    fn persistence(&self, _s: &Scenario) -> Option<&'static str> {
+        None
+    }
+    /// `tracing` directives (`,target=level`) for its client crates' logs.
+    fn quiet_logs(&self) -> &'static str {
+        ""
+    }
     /// The harness's handle on running members (client addresses, direct).
     async fn connect(
         &self,
@@ -74,13 +83,19 @@ pub fn system(kind: ServiceKind) -> &'static dyn System {
 /// installed here.
 pub type ImageDeploy = (&'static str, Result<Box<dyn Deploy>>);
 
-/// One system per image (Redlock runs Redis's): what `fencecheck images` builds.
-pub fn with_images() -> [&'static dyn System; 3] {
+/// One system per deployment (Redlock runs Redis's): what `fencecheck images`
+/// builds, whose logs [`quiet_logs`] quiets.
+pub fn every() -> [&'static dyn System; 3] {
     [
         &etcd::Etcd,
         &zookeeper::Zookeeper,
         &redis::Redis { redlock: false },
     ]
+}
+
+/// Every system's [`System::quiet_logs`], for the default log filter.
+pub fn quiet_logs() -> String {
+    every().iter().map(|s| s.quiet_logs()).collect()
 }
 
 /// Connects the worker's lock client: the user's adapter when `[client]` names

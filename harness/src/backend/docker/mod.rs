@@ -522,7 +522,7 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
         )
     };
     let mut lines = Vec::new();
-    for system in crate::systems::with_images() {
+    for system in crate::systems::every() {
         for (what, d) in tokio::task::block_in_place(|| system.image_deploys(versions, &say))? {
             match d {
                 Ok(d) => {

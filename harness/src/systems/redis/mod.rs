@@ -57,6 +57,9 @@ impl crate::systems::System for Redis {
         let d = members::RedisDeploy::find(say).map(|d| Box::new(d) as Box<dyn Deploy>);
         Ok(vec![("redis", d)])
     }
+    fn persistence(&self, s: &Scenario) -> Option<&'static str> {
+        Some(s.lock.persistence.unwrap_or_default().as_str())
+    }
     async fn connect(
         &self,
         kind: ServiceKind,

@@ -48,6 +48,10 @@ impl crate::systems::System for Zookeeper {
         let d = members::ZkDeploy::find(say).map(|d| Box::new(d) as Box<dyn Deploy>);
         Ok(vec![("zookeeper", d)])
     }
+    fn quiet_logs(&self) -> &'static str {
+        // The client warns on every reconnect attempt, which faults make routine.
+        ",zookeeper_client=error"
+    }
     async fn connect(
         &self,
         _kind: ServiceKind,
