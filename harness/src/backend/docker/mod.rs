@@ -11,8 +11,8 @@
 //! Per run (id `fc<hex>`), everything labelled `fencecheck.run=<id>`: the peer
 //! network (`network.rs`; published ports go through the engine's default bridge),
 //! a volume per member for its data dir (a kill + start keeps it),
-//! the members (`member.rs`, made etcd by `etcd.rs`, ZooKeeper by `zookeeper.rs`,
-//! Redis instances by `redis.rs`), and the storage (`storage.rs`): fencecheck's
+//! the members (`member.rs`: each system's backend-neutral member spec placed and
+//! realized as a container of its image), and the storage (`storage.rs`): fencecheck's
 //! with the run directory bind-mounted at /out, so `storage.jsonl` is written
 //! straight into it (readable even if the harness is killed), or PostgreSQL with
 //! its data directory on a volume of its own.

@@ -39,7 +39,7 @@ impl crate::systems::System for Redis {
         }
     }
     fn runs_on_docker(&self) -> bool {
-        // One member per instance, Redlock's masters included (docker.rs).
+        // One member per instance, Redlock's masters included (members.rs).
         true
     }
     fn member_name(&self) -> &'static str {
