@@ -219,10 +219,11 @@ pub fn main() -> i32 {
         .with_env_filter(
             // testcontainers logs what the docker backend reports itself (a
             // container that exits before its ready line becomes the run's one-line
-            // error), and the ZooKeeper client warns on every reconnect attempt,
-            // which fault injection makes routine: only their errors, if that.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,testcontainers=off,zookeeper_client=error".into()),
+            // error), and a system's client may warn on what fault injection makes
+            // routine (`System::quiet_logs`): only their errors, if that.
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                format!("warn,testcontainers=off{}", crate::systems::quiet_logs()).into()
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

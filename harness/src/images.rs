@@ -1,20 +1,16 @@
 //! The images of the docker backend, built locally `FROM scratch` (no registry is
 //! ever asked: nothing is pulled, not even a base image).
 //!
-//! - etcd: the etcd binary `etcd::find_or_provision` finds (the official static 3.5.1,
-//!   or Debian's dynamically linked 3.4.23 together with its ELF interpreter and the
-//!   libraries `ldd` lists, copied at their host paths).
+//! - each lock system's: what its deployment packages (`Deploy::image`, in its
+//!   folder under `systems/`), its program at the path it has on this machine, so
+//!   its backend-neutral member spec runs there unchanged.
 //! - storage: the `fencecheck-storage` service built as a static binary
 //!   (`-C target-feature=+crt-static`, target x86_64-unknown-linux-gnu) in a target
 //!   directory under fencecheck's cache, so a rebuild is incremental.
 //! - reaper: `fencecheck-reaper`, built the same way (see `reaper/`).
-//! - zookeeper: the host's JRE and Debian's ZooKeeper jars with everything they
-//!   load (see `zookeeper.rs`), for the same java command line as the process
-//!   backend.
 //! - postgres: Debian's PostgreSQL 15 server, its share directory and the
 //!   libraries they load, with a cluster made by `initdb` at build time (see
 //!   `postgres.rs`).
-//! - redis: Debian's `redis-server` and the libraries it loads (see `redis.rs`).
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -31,17 +27,13 @@ use sha2::{Digest, Sha256};
 use testcontainers::bollard::query_parameters::BuildImageOptionsBuilder;
 use testcontainers::bollard::Docker;
 
-use crate::scenario::EtcdVersion;
-use crate::systems::etcd::provision as etcd;
+use crate::systems::members::Deploy;
 
 mod postgres;
 
-pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
-pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../ci/images/zookeeper.Dockerfile");
 pub const POSTGRES_DOCKERFILE: &str = include_str!("../../ci/images/postgres.Dockerfile");
-pub const REDIS_DOCKERFILE: &str = include_str!("../../ci/images/redis.Dockerfile");
 
 pub use postgres::{version as postgres_version, PG_DATA, PG_PORT};
 
@@ -62,7 +54,7 @@ pub struct Image {
 }
 
 /// A build context: Dockerfile plus files (context path → (mode, bytes)).
-pub(crate) struct BuildContext {
+pub struct BuildContext {
     pub(crate) dockerfile: &'static str,
     pub(crate) files: BTreeMap<String, (u32, Vec<u8>)>,
 }
@@ -101,28 +93,18 @@ impl BuildContext {
     }
 }
 
-/// The etcd image for `want`, built when missing.
-pub async fn etcd_image(docker: &Docker, want: EtcdVersion, say: &dyn Fn(&str)) -> Result<Image> {
-    let bin = tokio::task::block_in_place(|| etcd::find_or_provision(want, say))?;
-    let ctx = tokio::task::block_in_place(|| etcd_context(&bin.path))
-        .with_context(|| format!("cannot package etcd {} for an image", bin.version))?;
-    let tag = format!("fencecheck/etcd:{}-{}", bin.version, ctx.hash());
-    ensure(docker, &tag, "etcd", &ctx, say).await
-}
-
-/// The ZooKeeper image (`fencecheck/zookeeper:<version>-<hash>`), built when
-/// missing, from the JRE and jars `ZkDeploy::find` found for the process backend.
-pub async fn zookeeper_image(
+/// A lock system's image (`fencecheck/<name>:<version>-<hash>`), built when
+/// missing from the context its deployment packages (its program and what it
+/// loads, at their paths on this machine).
+pub async fn system_image(
     docker: &Docker,
-    deploy: &crate::systems::zookeeper::service::ZkDeploy,
+    deploy: &dyn Deploy,
     say: &dyn Fn(&str),
 ) -> Result<Image> {
-    let ctx = tokio::task::block_in_place(|| {
-        crate::systems::zookeeper::image::context(deploy.java(), deploy.classpath())
-    })
-    .with_context(|| format!("cannot package zookeeper {} for an image", deploy.version()))?;
-    let tag = format!("fencecheck/zookeeper:{}-{}", deploy.version(), ctx.hash());
-    ensure(docker, &tag, "zookeeper", &ctx, say).await
+    let ctx = tokio::task::block_in_place(|| deploy.image())?;
+    let name = deploy.image_name();
+    let tag = format!("fencecheck/{name}:{}-{}", deploy.version(), ctx.hash());
+    ensure(docker, &tag, name, &ctx, say).await
 }
 
 /// The PostgreSQL image (`fencecheck/postgres:<version>-<hash>`), built when
@@ -134,15 +116,6 @@ pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image
     .context("cannot package PostgreSQL 15 for an image")?;
     let tag = format!("fencecheck/postgres:{version}-{}", ctx.hash());
     ensure(docker, &tag, "postgres", &ctx, say).await
-}
-
-/// The Redis image (`fencecheck/redis:<version>-<hash>`), built when missing,
-/// from the `redis-server` the process backend runs.
-pub async fn redis_image(docker: &Docker, version: &str, say: &dyn Fn(&str)) -> Result<Image> {
-    let ctx = tokio::task::block_in_place(crate::systems::redis::image::context)
-        .with_context(|| format!("cannot package redis-server {version} for an image"))?;
-    let tag = format!("fencecheck/redis:{version}-{}", ctx.hash());
-    ensure(docker, &tag, "redis", &ctx, say).await
 }
 
 /// The storage image, built when missing (the static binary is built, or brought up
@@ -244,21 +217,16 @@ async fn ensure(
     })
 }
 
-/// etcd at `usr/local/bin/etcd`, plus, for a dynamic binary, what `ldd` lists.
-fn etcd_context(bin: &Path) -> Result<BuildContext> {
+/// `bin` at its path on this machine, plus, for a dynamic binary, what `ldd`
+/// lists (etcd: the official static 3.5.1 needs nothing else, Debian's 3.4.23 its
+/// ELF interpreter and libraries).
+pub(crate) fn program_context(bin: &Path, dockerfile: &'static str) -> Result<BuildContext> {
     let mut files = BTreeMap::new();
-    let bytes = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
-    files.insert("rootfs/usr/local/bin/etcd".to_string(), (0o755, bytes));
+    add_file(&mut files, bin, bin)?;
     for lib in shared_libraries(bin)? {
-        let bytes =
-            std::fs::read(&lib).with_context(|| format!("cannot read {}", lib.display()))?;
-        let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
-        files.insert(format!("rootfs/{rel}"), (0o755, bytes));
+        add_file(&mut files, &lib, &lib)?;
     }
-    Ok(BuildContext {
-        dockerfile: ETCD_DOCKERFILE,
-        files,
-    })
+    Ok(BuildContext { dockerfile, files })
 }
 
 /// Puts the content of `from` (symlinks followed) at `at` under `rootfs/` in the
@@ -374,7 +342,7 @@ fn source_root() -> Result<PathBuf> {
 /// returns its path.
 pub fn static_binary(package: &str, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let root = source_root()?;
-    let target_dir = etcd::cache_dir().join("static-target");
+    let target_dir = crate::systems::etcd::provision::cache_dir().join("static-target");
     std::fs::create_dir_all(&target_dir)
         .with_context(|| format!("cannot create {}", target_dir.display()))?;
     say(&format!(

@@ -329,12 +329,10 @@ fn write_run_info(
             ServiceKind::Etcd => dep.version.clone(),
             _ => String::new(),
         },
-        persistence: match dep.service {
-            ServiceKind::Redis | ServiceKind::Redlock => {
-                s.lock.persistence.unwrap_or_default().as_str().to_string()
-            }
-            _ => String::new(),
-        },
+        persistence: crate::systems::system(dep.service)
+            .persistence(s)
+            .unwrap_or_default()
+            .to_string(),
         etcd_members: s.cluster.members.0,
         workers: s.workload.workers,
         keys: s.workload.keys,

@@ -1,6 +1,7 @@
 //! ZooKeeper behind the seams, against real ZooKeeper 3.8 members started from
-//! `ZkDeploy`'s process plan (Debian's jars, `ci/bootstrap.sh`), peers talking
-//! through real fault proxies as on the process backend. No mocks.
+//! `ZkDeploy`'s member specs (Debian's jars, `ci/bootstrap.sh`), placed and their
+//! files written as on the process backend, peers talking through real fault
+//! proxies. No mocks.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -11,16 +12,19 @@ use faultproxy::Proxy;
 use fencecheck::record::observe::{Observation, ObservationWriter};
 use fencecheck::scenario::{Scenario, ServiceKind};
 use fencecheck::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session};
-use fencecheck::systems::service::{LockService, MemberAddrs, PeerPort, ServiceDeploy};
+use fencecheck::systems::members::{Deploy, MemberSpec, PeerPlace, Placement};
+use fencecheck::systems::service::LockService;
 use fencecheck::systems::zookeeper::client::ZkClient;
-use fencecheck::systems::zookeeper::service::{wait_ready, ZkDeploy, ZkService};
+use fencecheck::systems::zookeeper::members::ZkDeploy;
+use fencecheck::systems::zookeeper::service::{wait_ready, ZkService};
 
 /// Members on 127.0.1.N as the process backend puts them; `base` keeps the tests
 /// of this file (which run in parallel) on distinct IPs.
 struct Ensemble {
     children: Vec<Option<Child>>,
     clients: Vec<SocketAddr>,
-    plan: fencecheck::systems::service::ProcessPlan,
+    members: Vec<MemberSpec>,
+    logs: Vec<std::path::PathBuf>,
     _proxies: Vec<Proxy>,
     _dir: tempfile::TempDir,
 }
@@ -39,8 +43,8 @@ fn free_addr(ip: &str) -> SocketAddr {
     l.local_addr().expect("local addr")
 }
 
-fn spawn(m: &fencecheck::systems::service::ProcessMember) -> Child {
-    let log = std::fs::File::create(&m.log).expect("member log");
+fn spawn(m: &MemberSpec, log: &Path) -> Child {
+    let log = std::fs::File::create(log).expect("member log");
     Command::new(&m.program)
         .args(&m.args)
         .stdin(Stdio::null())
@@ -60,32 +64,47 @@ impl Ensemble {
         for i in 0..n {
             let ip = format!("127.0.1.{}", base + i);
             let mut peers = Vec::new();
-            for _ in 0..deploy.peer_ports() {
+            for _ in 0..2 {
                 let listen = free_addr(&ip);
                 let front: SocketAddr = format!("127.0.2.{}:0", base + i).parse().unwrap();
                 let p = Proxy::start(front, listen).await.expect("peer proxy");
-                peers.push(PeerPort {
-                    listen,
-                    advertise: p.local_addr(),
+                peers.push(PeerPlace {
+                    bind: listen,
+                    advertise: p.local_addr().into(),
                 });
                 proxies.push(p);
             }
-            addrs.push(MemberAddrs {
-                client: free_addr(&ip),
+            let client = free_addr(&ip);
+            addrs.push(Placement {
+                index: i,
+                client_bind: client,
+                client,
                 peers,
+                data_dir: dir.path().join(format!("zk-{i}")).display().to_string(),
+                config_dir: dir.path().display().to_string(),
+                cluster_token: "fencecheck".into(),
             });
         }
         let scenario = Scenario::parse("name = \"zk\"\n", "zk.toml").expect("scenario");
-        let plan = deploy
-            .process_plan(&scenario, dir.path(), &addrs)
-            .expect("plan");
-        assert!(plan.version.starts_with("3.8"), "{}", plan.version);
+        let members = deploy.members(&scenario, &addrs).expect("members");
+        for (m, p) in members.iter().zip(&addrs) {
+            fencecheck::backend::process::write_files(m, p).expect("member files");
+        }
+        assert!(deploy.version().starts_with("3.8"), "{}", deploy.version());
+        let logs: Vec<_> = (0..n)
+            .map(|i| dir.path().join(format!("zk-{i}.log")))
+            .collect();
         let t0 = Instant::now();
-        let children = plan.members.iter().map(|m| Some(spawn(m))).collect();
+        let children = members
+            .iter()
+            .zip(&logs)
+            .map(|(m, l)| Some(spawn(m, l)))
+            .collect();
         let e = Ensemble {
             children,
             clients: addrs.iter().map(|a| a.client).collect(),
-            plan,
+            members,
+            logs,
             _proxies: proxies,
             _dir: dir,
         };
@@ -98,7 +117,7 @@ impl Ensemble {
     }
 
     fn log(&self, i: usize) -> String {
-        std::fs::read_to_string(&self.plan.members[i].log).unwrap_or_default()
+        std::fs::read_to_string(&self.logs[i]).unwrap_or_default()
     }
 
     fn kill(&mut self, i: usize) {
@@ -110,7 +129,7 @@ impl Ensemble {
 
     fn restart(&mut self, i: usize) {
         assert!(self.children[i].is_none());
-        self.children[i] = Some(spawn(&self.plan.members[i]));
+        self.children[i] = Some(spawn(&self.members[i], &self.logs[i]));
     }
 
     fn endpoints(&self) -> Vec<String> {

@@ -101,9 +101,9 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
 fn docker_refuses(scenario: &Scenario) -> Option<String> {
     scenario.faults.iter().enumerate().find_map(|(i, f)| {
         let svc = scenario.lock.service;
-        match crate::systems::service::available(svc, BackendKind::Docker, f.kind, f.target) {
-            crate::systems::service::Availability::Yes => None,
-            crate::systems::service::Availability::No(_) => Some(format!(
+        match crate::plan::available(svc, BackendKind::Docker, f.kind, f.target) {
+            crate::plan::Availability::Yes => None,
+            crate::plan::Availability::No(_) => Some(format!(
                 "fault #{} ({} of {}) is not available",
                 i + 1,
                 f.kind,

@@ -1,7 +1,8 @@
 //! The `process` backend: the lock service's members and the storage as local
 //! processes, each member on its own loopback address, data and logs inside the
-//! run directory. What the command lines are is the service's business
-//! (`ServiceDeploy::process_plan`); starting, freezing, killing and restarting
+//! run directory. What the command lines are is the system's business (its
+//! backend-neutral member specs, `systems::members`); placing them (addresses,
+//! directories), writing their files, starting, freezing, killing and restarting
 //! them is this backend's.
 //!
 //! Members reach each other through a fault proxy in front of every peer port of
@@ -11,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,13 +24,16 @@ use nix::unistd::Pid;
 use super::{Deployment, Service};
 use crate::proc::{free_port, spawn, wait_http_healthy, Child};
 use crate::scenario::Scenario;
-use crate::systems::service::{MemberAddrs, PeerPort, ProcessMember};
+use crate::systems::members::{FilePlace, MemberSpec, PeerPlace, Placement};
 
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 const STORAGE_HOST: &str = "127.0.0.1";
 
 struct Member {
-    spec: ProcessMember,
+    spec: MemberSpec,
+    log: PathBuf,
+    /// Its clock-offset file, when it runs under clockshim.
+    clock_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -50,13 +55,16 @@ fn member_ip(i: usize) -> String {
     format!("127.0.1.{}", i + 1)
 }
 
-/// Client address, and a real address plus a proxy in front of it for each peer
-/// port, for each member.
-async fn member_addresses(
+/// Where each member goes: its own loopback IP (client and peer ports on it), a
+/// proxy in front of each peer port (what it advertises), its data directory and
+/// its files in the run directory.
+async fn placements(
     n: usize,
     peer_ports: usize,
-) -> Result<(Vec<MemberAddrs>, Vec<Vec<Proxy>>)> {
-    let mut addrs = Vec::new();
+    run_dir: &Path,
+    short: &str,
+) -> Result<(Vec<Placement>, Vec<Vec<Proxy>>)> {
+    let mut at = Vec::new();
     let mut proxies = Vec::new();
     for i in 0..n {
         let ip = member_ip(i);
@@ -67,16 +75,46 @@ async fn member_addresses(
             let listen = SocketAddr::new(ip.parse()?, free_port(&ip)?);
             let front: SocketAddr = format!("127.0.2.{}:0", i + 1).parse()?;
             let p = Proxy::start(front, listen).await.context("peer proxy")?;
-            peers.push(PeerPort {
-                listen,
-                advertise: p.local_addr(),
+            peers.push(PeerPlace {
+                bind: listen,
+                advertise: p.local_addr().into(),
             });
             mine.push(p);
         }
-        addrs.push(MemberAddrs { client, peers });
+        at.push(Placement {
+            index: i,
+            client_bind: client,
+            client,
+            peers,
+            data_dir: crate::record::rundir::member_data(run_dir, short, i)
+                .display()
+                .to_string(),
+            config_dir: run_dir.display().to_string(),
+            cluster_token: "fencecheck".into(),
+        });
         proxies.push(mine);
     }
-    Ok((addrs, proxies))
+    Ok((at, proxies))
+}
+
+/// Writes member `p`'s files: its data directory (owner-only, as etcd wants it)
+/// with what goes in it, and its config files in the run directory.
+pub fn write_files(spec: &MemberSpec, p: &Placement) -> Result<()> {
+    let data = Path::new(&p.data_dir);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data)
+        .with_context(|| format!("cannot create {}", data.display()))?;
+    for f in &spec.files {
+        let path = match f.place {
+            FilePlace::Data => data.join(&f.name),
+            FilePlace::Config => PathBuf::from(p.config_file(&f.name)),
+        };
+        std::fs::write(&path, &f.contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 impl ProcessBackend {
@@ -87,14 +125,20 @@ impl ProcessBackend {
         say: &dyn Fn(&str),
     ) -> Result<(ProcessBackend, Deployment)> {
         let svc = scenario.lock.service;
-        let deploy = crate::systems::system(scenario.lock.service).deploy(scenario, say)?;
+        let system = crate::systems::system(svc);
+        let deploy = system.deploy(scenario, say)?;
         let n = scenario.cluster.members.0 as usize;
+        let short = system.member_name();
         // Ports and peer proxies first: every member must know every advertised URL.
-        let (addrs, proxies) = member_addresses(n, deploy.peer_ports()).await?;
-        let plan = deploy.process_plan(scenario, run_dir, &addrs)?;
+        let peer_ports = system.ports().peers.len();
+        let (addrs, proxies) = placements(n, peer_ports, run_dir, short).await?;
+        let specs = deploy.members(scenario, &addrs)?;
+        for (spec, p) in specs.iter().zip(&addrs) {
+            write_files(spec, p)?;
+        }
         say(&format!(
             "starting {n} {svc} {} member(s){}",
-            plan.version,
+            deploy.version(),
             match external {
                 None => " and the storage service".to_string(),
                 Some(a) => format!("; the storage is yours, at {a}"),
@@ -108,8 +152,15 @@ impl ProcessBackend {
             paused: HashSet::new(),
             pg: None,
         };
-        for spec in plan.members {
-            let mut m = Member { spec, child: None };
+        for (i, spec) in specs.into_iter().enumerate() {
+            let clock_file = spec.clock_file.as_ref().map(|f| run_dir.join(f));
+            let log = crate::record::rundir::member_log(run_dir, short, i);
+            let mut m = Member {
+                spec,
+                log,
+                clock_file,
+                child: None,
+            };
             if let Err(e) = spawn_member(&mut m) {
                 backend.stop().await;
                 return Err(e);
@@ -144,7 +195,7 @@ impl ProcessBackend {
                 .wait_ready(&what, a.client, READY_DEADLINE)
                 .await
             {
-                let log = backend.members[i].spec.log.display().to_string();
+                let log = backend.members[i].log.display().to_string();
                 backend.stop().await;
                 return Err(e.context(format!("see {log}")));
             }
@@ -169,7 +220,7 @@ impl ProcessBackend {
             clients: addrs.iter().map(|a| a.client).collect(),
             storage: storage_addr,
             peer_proxies: proxies,
-            version: plan.version,
+            version: deploy.version().to_string(),
             backend: "process".into(),
             backend_reason: String::new(),
         };
@@ -219,11 +270,8 @@ impl ProcessBackend {
     /// `CLOCKSHIM_OFFSET_FILE`), if it was.
     pub fn clock_file(&self, i: usize) -> Result<PathBuf> {
         let m = self.members.get(i).context("no such member")?;
-        m.spec
-            .env
-            .iter()
-            .find(|(k, _)| k == crate::systems::redis::service::CLOCK_OFFSET_ENV)
-            .map(|(_, v)| PathBuf::from(v))
+        m.clock_file
+            .clone()
             .context("this member runs without clockshim: its clock cannot be stepped")
     }
 
@@ -350,7 +398,7 @@ fn spawn_member(m: &mut Member) -> Result<()> {
     for (k, v) in &m.spec.env {
         cmd.env(k, v);
     }
-    m.child = Some(spawn(&m.spec.name, cmd, &m.spec.log)?);
+    m.child = Some(spawn(&m.spec.name, cmd, &m.log)?);
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! Lock systems: one folder each (`etcd/`, `zookeeper/`, `redis/` with Redlock,
 //! `external/` for a team's own client), holding everything about that system —
 //! its keyspace contract, the worker-side client, the harness-side service handle
-//! and observer, its deployment (process command lines, docker member specs) and
-//! how its binary or image is provisioned.
+//! and observer, its members (one backend-neutral spec, [`members`]) and how its
+//! binary or image is provisioned.
 //!
 //! The seams every system implements sit beside the folders: [`client`] (what a
 //! worker needs from a lock) and [`service`] (what the harness needs from the
@@ -12,6 +12,7 @@
 pub mod client;
 pub mod etcd;
 pub mod external;
+pub mod members;
 pub mod redis;
 pub mod service;
 pub mod zookeeper;
@@ -22,9 +23,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 use client::{ClientConfig, LockClient};
-use service::{Capabilities, LockService, ServiceDeploy};
+use members::{Deploy, Ports};
+use service::{Capabilities, LockService};
 
 /// What the rest of fencecheck asks of a lock system.
 #[async_trait::async_trait]
@@ -36,8 +38,25 @@ pub trait System: Sync {
     fn runs_on_docker(&self) -> bool;
     /// The name its member logs and data directories carry (`etcd-0.log`).
     fn member_name(&self) -> &'static str;
-    /// The deployment side, finding (or provisioning) its binaries.
-    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>>;
+    /// The ports a member listens on in a network of its own (docker); the
+    /// process backend puts a proxy in front of each peer port.
+    fn ports(&self) -> Ports;
+    /// The deployment side, finding (or provisioning) its binaries: the members'
+    /// backend-neutral specs and its image.
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>>;
+    /// The deployments `fencecheck images` builds an image for, each with its
+    /// name: an error skips that image (not installed here), an error of the
+    /// whole fails the command (etcd: one per version in `etcd`, provisioned).
+    fn image_deploys(&self, etcd: &[EtcdVersion], say: &dyn Fn(&str)) -> Result<Vec<ImageDeploy>>;
+    /// The `[lock] persistence` the run has, for the report (systems that keep
+    /// their data by a setting of it).
+    fn persistence(&self, _s: &Scenario) -> Option<&'static str> {
+        None
+    }
+    /// `tracing` directives (`,target=level`) for its client crates' logs.
+    fn quiet_logs(&self) -> &'static str {
+        ""
+    }
     /// The harness's handle on running members (client addresses, direct).
     async fn connect(
         &self,
@@ -58,6 +77,25 @@ pub fn system(kind: ServiceKind) -> &'static dyn System {
         ServiceKind::Redis => &redis::Redis { redlock: false },
         ServiceKind::Redlock => &redis::Redis { redlock: true },
     }
+}
+
+/// One system's image to build: its name, and its deployment or why it is not
+/// installed here.
+pub type ImageDeploy = (&'static str, Result<Box<dyn Deploy>>);
+
+/// One system per deployment (Redlock runs Redis's): what `fencecheck images`
+/// builds, whose logs [`quiet_logs`] quiets.
+pub fn every() -> [&'static dyn System; 3] {
+    [
+        &etcd::Etcd,
+        &zookeeper::Zookeeper,
+        &redis::Redis { redlock: false },
+    ]
+}
+
+/// Every system's [`System::quiet_logs`], for the default log filter.
+pub fn quiet_logs() -> String {
+    every().iter().map(|s| s.quiet_logs()).collect()
 }
 
 /// Connects the worker's lock client: the user's adapter when `[client]` names

@@ -1,19 +1,14 @@
-//! The lock-service seam, harness side: how a lock service is deployed on a backend,
+//! The lock-service seam, harness side (how it is deployed is [`super::members`]):
 //! what the harness can ask it (holders, leader, sessions) **from its own state**,
 //! what it can do to it (expire a session), what it records of it (the grants and
 //! session ends it observes, for the findings), and what it can take — declared up
 //! front ([`Capabilities`]), as etcd robustness's `failpoint.Available`, so the
 //! plan refuses the rest before anything starts. Each service sits beside the trait.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-
-use std::time::Duration;
-
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::ServiceKind;
 
 /// What a system can take, whatever the backend: declared by each system, read by
 /// the plan (`crate::plan`) and the nemesis's per-kind availability.
@@ -34,42 +29,6 @@ pub struct Capabilities {
 
 // The availability of a fault moved to `crate::plan`; the backend's `auto` choice
 // still asks it here.
-pub use crate::plan::{available, Availability};
-
-/// Addresses of one member on the process backend: its client address (reached by
-/// the harness directly, by workers through their proxies), and for each peer port
-/// the address it listens on and the proxy address it advertises to its peers.
-#[derive(Debug, Clone)]
-pub struct MemberAddrs {
-    pub client: SocketAddr,
-    pub peers: Vec<PeerPort>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct PeerPort {
-    /// Where the member listens.
-    pub listen: SocketAddr,
-    /// The proxy in front of it: what every other member connects to.
-    pub advertise: SocketAddr,
-}
-
-/// How to start one member as a local process.
-#[derive(Debug, Clone)]
-pub struct ProcessMember {
-    pub name: String,
-    pub program: PathBuf,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub log: PathBuf,
-}
-
-/// One lock service deployed as local processes: the plan the process backend
-/// carries out (spawn, kill, restart with the same command line).
-pub struct ProcessPlan {
-    pub members: Vec<ProcessMember>,
-    /// The exact version that runs, e.g. "3.5.1" or "3.8.0".
-    pub version: String,
-}
 
 /// A holder of a lock, as the service sees it now.
 #[derive(Debug, Clone, Serialize)]
@@ -131,21 +90,4 @@ pub trait LockService: Send + Sync {
         out: crate::record::observe::ObservationWriter,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<()>;
-}
-
-/// A service's deployment side: what the backends need to start its members.
-pub trait ServiceDeploy: Send + Sync {
-    /// Peer ports per member (etcd 1; ZooKeeper 2: quorum and election).
-    fn peer_ports(&self) -> usize;
-    /// Command lines (and files in `run_dir`) for `addrs.len()` members.
-    fn process_plan(
-        &self,
-        s: &Scenario,
-        run_dir: &Path,
-        addrs: &[MemberAddrs],
-    ) -> Result<ProcessPlan>;
-    /// Polls until member `i` serves clients, or the deadline passes.
-    fn ready_deadline(&self) -> Duration {
-        Duration::from_secs(30)
-    }
 }

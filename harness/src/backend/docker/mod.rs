@@ -11,8 +11,8 @@
 //! Per run (id `fc<hex>`), everything labelled `fencecheck.run=<id>`: the peer
 //! network (`network.rs`; published ports go through the engine's default bridge),
 //! a volume per member for its data dir (a kill + start keeps it),
-//! the members (`member.rs`, made etcd by `etcd.rs`, ZooKeeper by `zookeeper.rs`,
-//! Redis instances by `redis.rs`), and the storage (`storage.rs`): fencecheck's
+//! the members (`member.rs`: each system's backend-neutral member spec placed and
+//! realized as a container of its image), and the storage (`storage.rs`): fencecheck's
 //! with the run directory bind-mounted at /out, so `storage.jsonl` is written
 //! straight into it (readable even if the harness is killed), or PostgreSQL with
 //! its data directory on a volume of its own.
@@ -47,8 +47,6 @@ use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
 use crate::scenario::{Scenario, ServiceKind, StorageKind};
-use crate::systems::redis::service::RedisDeploy;
-use crate::systems::zookeeper::service::ZkDeploy;
 use cleanup::CleanupGuard;
 use container::{Running, StartFailure, HOST};
 use member::Member;
@@ -128,47 +126,28 @@ impl DockerBackend {
         let ports = (0..n)
             .map(|_| free_port(HOST))
             .collect::<Result<Vec<u16>>>()?;
-        // The service's image and members; etcd's as before.
-        let (service_image, members, version) = match service {
-            ServiceKind::Etcd => {
-                let image = images::etcd_image(&docker, scenario.etcd_version(), say).await?;
-                let members = crate::systems::etcd::docker::member_specs(
-                    &run_id, &prefix, &image.tag, &ports,
-                );
-                let version = crate::systems::etcd::docker::version_of(&image.tag);
-                (image, members, version)
-            }
-            ServiceKind::Redis | ServiceKind::Redlock => {
-                let rd = tokio::task::block_in_place(|| RedisDeploy::find(say))?;
-                let image = images::redis_image(&docker, rd.version(), say).await?;
-                let persistence = scenario.lock.persistence.unwrap_or_default();
-                let members = crate::systems::redis::docker::member_specs(
-                    &prefix,
-                    &image.tag,
-                    persistence,
-                    &run_dir,
-                    &ports,
-                )?;
-                (image, members, rd.version().to_string())
-            }
-            ServiceKind::Zookeeper => {
-                let zk = tokio::task::block_in_place(|| ZkDeploy::find(say))?;
-                let image = images::zookeeper_image(&docker, &zk, say).await?;
-                // The launcher at its real path: that is where the image has it.
-                let java = std::fs::canonicalize(zk.java())
-                    .with_context(|| format!("cannot resolve {}", zk.java().display()))?;
-                let members = crate::systems::zookeeper::docker::member_specs(
-                    &prefix,
-                    &image.tag,
-                    &java,
-                    zk.classpath(),
-                    &run_dir,
-                    &ports,
-                )?;
-                let version = crate::systems::zookeeper::docker::version_of(&image.tag);
-                (image, members, version)
-            }
+        // The system's image and its members, placed in containers.
+        let system = crate::systems::system(service);
+        let deploy = tokio::task::block_in_place(|| system.deploy(scenario, say))?;
+        let service_image = images::system_image(&docker, deploy.as_ref(), say).await?;
+        let version = deploy.version().to_string();
+        let at: Vec<_> = (0..n)
+            .map(|i| member::placement(i, &prefix, ports[i], system.ports()))
+            .collect();
+        let realize = member::Realize {
+            kind: service,
+            image: &service_image.tag,
+            role: deploy.image_name(),
+            ports: system.ports(),
+            run_dir: &run_dir,
+            short: system.member_name(),
         };
+        let members = deploy
+            .members(scenario, &at)?
+            .into_iter()
+            .zip(&at)
+            .map(|(spec, p)| member::realize(spec, p, &prefix, &realize))
+            .collect::<Result<Vec<_>>>()?;
         let postgres = scenario.storage.kind == StorageKind::Postgres;
         let storage_image = if postgres {
             images::postgres_image(&docker, say).await?
@@ -525,9 +504,10 @@ fn failed_start(f: StartFailure, log: &Path, what: &str) -> anyhow::Error {
         .context(format!("{what} did not start; see {}", log.display()))
 }
 
-/// `fencecheck images`: builds (or reuses) an etcd image per version, the storage
-/// image, the reaper image, and the ZooKeeper, PostgreSQL and Redis images where
-/// those are installed; one line per image.
+/// `fencecheck images`: builds (or reuses) each lock system's images (etcd's
+/// per version; the others only where installed, `ci/bootstrap.sh`: each image
+/// packages what this machine has), the storage image, the reaper image and the
+/// PostgreSQL image where that is installed; one line per image.
 pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<Vec<String>> {
     let e = engine(ENGINE_TIMEOUT)
         .await
@@ -542,36 +522,27 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
         )
     };
     let mut lines = Vec::new();
-    for &v in versions {
-        let i = images::etcd_image(&e.docker, v, &say).await?;
-        lines.push(show("etcd", &i));
+    for system in crate::systems::every() {
+        for (what, d) in tokio::task::block_in_place(|| system.image_deploys(versions, &say))? {
+            match d {
+                Ok(d) => {
+                    let i = images::system_image(&e.docker, d.as_ref(), &say).await?;
+                    lines.push(show(what, &i));
+                }
+                Err(e) => lines.push(format!("{what} (skipped: {e:#})")),
+            }
+        }
     }
     let i = images::storage_image(&e.docker, &say).await?;
     lines.push(show("storage", &i));
     let i = images::reaper_image(&e.docker, &say).await?;
     lines.push(show("reaper", &i));
-    // The others only where their service is installed (`ci/bootstrap.sh`): each
-    // image packages what Debian installed on this machine.
-    match tokio::task::block_in_place(|| ZkDeploy::find(&say)) {
-        Ok(zk) => {
-            let i = images::zookeeper_image(&e.docker, &zk, &say).await?;
-            lines.push(show("zookeeper", &i));
-        }
-        Err(e) => lines.push(format!("zookeeper (skipped: {e:#})")),
-    }
     match images::postgres_version() {
         Ok(_) => {
             let i = images::postgres_image(&e.docker, &say).await?;
             lines.push(show("postgres", &i));
         }
         Err(e) => lines.push(format!("postgres (skipped: {e:#})")),
-    }
-    match tokio::task::block_in_place(|| RedisDeploy::find(&say)) {
-        Ok(rd) => {
-            let i = images::redis_image(&e.docker, rd.version(), &say).await?;
-            lines.push(show("redis", &i));
-        }
-        Err(e) => lines.push(format!("redis (skipped: {e:#})")),
     }
     Ok(lines)
 }

@@ -1,11 +1,11 @@
 //! etcd: a lock is `/locks/<name>/<lease>` created under the session's lease, the
 //! grant order is its CreateRevision. Everything etcd is in this folder:
-//! [`client`] (the worker side, and the keyspace contract), [`service`] (process
-//! deployment, the harness's handle and its watch), [`docker`] (member specs for
-//! the docker backend), [`provision`] (finding or fetching the etcd binary).
+//! [`client`] (the worker side, and the keyspace contract), [`service`] (the
+//! harness's handle and its watch), [`members`] (the members' backend-neutral
+//! spec and image), [`provision`] (finding or fetching the etcd binary).
 
 pub mod client;
-pub mod docker;
+pub mod members;
 pub mod provision;
 pub mod service;
 
@@ -15,9 +15,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 use crate::systems::client::{ClientConfig, LockClient};
-use crate::systems::service::{Capabilities, LockService, ServiceDeploy};
+use crate::systems::members::{Deploy, Ports};
+use crate::systems::service::{Capabilities, LockService};
+use crate::systems::ImageDeploy;
 
 pub struct Etcd;
 
@@ -39,8 +41,19 @@ impl crate::systems::System for Etcd {
     fn member_name(&self) -> &'static str {
         "etcd"
     }
-    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
-        Ok(Box::new(service::EtcdDeploy::find(s.etcd_version(), say)?))
+    fn ports(&self) -> Ports {
+        members::PORTS
+    }
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>> {
+        Ok(Box::new(members::EtcdDeploy::find(s.etcd_version(), say)?))
+    }
+    fn image_deploys(&self, etcd: &[EtcdVersion], say: &dyn Fn(&str)) -> Result<Vec<ImageDeploy>> {
+        etcd.iter()
+            .map(|&v| {
+                let d: Box<dyn Deploy> = Box::new(members::EtcdDeploy::find(v, say)?);
+                Ok(("etcd", Ok(d)))
+            })
+            .collect()
     }
     async fn connect(
         &self,

@@ -1,12 +1,10 @@
-//! etcd behind the lock-service seam: members started with a peer URL that points
-//! at their peer proxy, holders read from the lock keys (the oldest key under a
+//! etcd behind the lock-service seam: holders read from the lock keys (the oldest key under a
 //! lock's prefix holds; its lease's owner key names the worker), the leader from
 //! each member's status, `expire-session` as LeaseRevoke, and the observer as a
 //! watch on fencecheck's prefix.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -14,93 +12,11 @@ use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
-use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
+use crate::scenario::ServiceKind;
 use crate::systems::etcd::client::{LOCK_PREFIX, OWNER_PREFIX};
-use crate::systems::service::{
-    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
-};
+use crate::systems::service::{Holder, LockService, SessionOwner};
 
 const CALL: Duration = Duration::from_secs(3);
-
-pub struct EtcdDeploy {
-    bin: PathBuf,
-    version: String,
-}
-
-impl EtcdDeploy {
-    pub fn find(want: EtcdVersion, say: &dyn Fn(&str)) -> Result<EtcdDeploy> {
-        let b = tokio::task::block_in_place(|| {
-            crate::systems::etcd::provision::find_or_provision(want, say)
-        })?;
-        say(&format!("etcd {} ({})", b.version, b.path.display()));
-        Ok(EtcdDeploy {
-            bin: b.path,
-            version: b.version,
-        })
-    }
-}
-
-impl ServiceDeploy for EtcdDeploy {
-    fn peer_ports(&self) -> usize {
-        1
-    }
-
-    fn process_plan(
-        &self,
-        _s: &Scenario,
-        run_dir: &Path,
-        addrs: &[MemberAddrs],
-    ) -> Result<ProcessPlan> {
-        let initial_cluster = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("m{i}=http://{}", a.peers[0].advertise))
-            .collect::<Vec<_>>()
-            .join(",");
-        let members = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let client_url = format!("http://{}", a.client);
-                let args = vec![
-                    "--name".into(),
-                    format!("m{i}"),
-                    "--data-dir".into(),
-                    crate::record::rundir::member_data(run_dir, "etcd", i)
-                        .display()
-                        .to_string(),
-                    "--listen-client-urls".into(),
-                    client_url.clone(),
-                    "--advertise-client-urls".into(),
-                    client_url,
-                    "--listen-peer-urls".into(),
-                    format!("http://{}", a.peers[0].listen),
-                    "--initial-advertise-peer-urls".into(),
-                    format!("http://{}", a.peers[0].advertise),
-                    "--initial-cluster".into(),
-                    initial_cluster.clone(),
-                    "--initial-cluster-state".into(),
-                    "new".into(),
-                    "--initial-cluster-token".into(),
-                    "fencecheck".into(),
-                    "--logger".into(),
-                    "zap".into(),
-                ];
-                ProcessMember {
-                    name: format!("etcd {}", i),
-                    program: self.bin.clone(),
-                    args,
-                    env: Vec::new(),
-                    log: crate::record::rundir::member_log(run_dir, "etcd", i),
-                }
-            })
-            .collect();
-        Ok(ProcessPlan {
-            members,
-            version: self.version.clone(),
-        })
-    }
-}
 
 /// Polls `http://client/health` until etcd answers `{"health":"true"}`.
 pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {

@@ -10,9 +10,12 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::images::{add_file, shared_libraries, BuildContext, REDIS_DOCKERFILE};
+use crate::images::{add_file, shared_libraries, BuildContext};
 
-pub(super) const REDIS_SERVER: &str = "/usr/bin/redis-server";
+/// The image's build file (`ci/images/`, included so the harness builds it).
+pub const REDIS_DOCKERFILE: &str = include_str!("../../../../ci/images/redis.Dockerfile");
+
+use super::members::REDIS_SERVER;
 
 pub(crate) fn context() -> Result<BuildContext> {
     let bin = Path::new(REDIS_SERVER);
@@ -40,6 +43,9 @@ mod tests {
         let ctx = context().expect("context");
         assert!(ctx.files.contains_key("rootfs/usr/bin/redis-server"));
         assert!(ctx.files.contains_key("rootfs/lib64/ld-linux-x86-64.so.2"));
-        assert!(REDIS_DOCKERFILE.contains(REDIS_SERVER));
+        // The member spec starts it by that name (the image has no entrypoint).
+        assert!(!REDIS_DOCKERFILE
+            .lines()
+            .any(|l| l.starts_with("ENTRYPOINT")));
     }
 }

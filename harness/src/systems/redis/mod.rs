@@ -1,13 +1,13 @@
 //! Redis and Redlock: a lock is a key set with `NX PX` to an owner value; Redlock
 //! takes it on a majority of independent instances. There is no order a client can
 //! read, so the harness numbers grants from its own keyspace feed. [`client`]
-//! (worker side, the keyspace contract and the Lua scripts), [`service`] (process
-//! deployment with clockshim for clock jumps, the harness's handle, the feed),
-//! [`docker`] (one member per instance), [`image`] (redis-server FROM scratch).
+//! (worker side, the keyspace contract and the Lua scripts), [`service`] (the
+//! harness's handle, the feed), [`members`] (one member per instance, with
+//! clockshim for clock jumps), [`image`] (redis-server FROM scratch).
 
 pub mod client;
-pub mod docker;
 pub mod image;
+pub mod members;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 use crate::systems::client::{ClientConfig, LockClient};
-use crate::systems::service::{Capabilities, LockService, ServiceDeploy};
+use crate::systems::members::{Deploy, Ports};
+use crate::systems::service::{Capabilities, LockService};
+use crate::systems::ImageDeploy;
 
 /// One Redis instance (`redlock: false`) or Redlock's independent masters.
 pub struct Redis {
@@ -41,16 +43,26 @@ impl crate::systems::System for Redis {
         }
     }
     fn runs_on_docker(&self) -> bool {
-        // One member per instance, Redlock's masters included (docker.rs).
+        // One member per instance, Redlock's masters included (members.rs).
         true
     }
     fn member_name(&self) -> &'static str {
         "redis"
     }
-    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
+    fn ports(&self) -> Ports {
+        members::PORTS
+    }
+    fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>> {
         Ok(Box::new(
-            service::RedisDeploy::find(say)?.with_clock_jumps(s, say)?,
+            members::RedisDeploy::find(say)?.with_clock_jumps(s, say)?,
         ))
+    }
+    fn image_deploys(&self, _etcd: &[EtcdVersion], say: &dyn Fn(&str)) -> Result<Vec<ImageDeploy>> {
+        let d = members::RedisDeploy::find(say).map(|d| Box::new(d) as Box<dyn Deploy>);
+        Ok(vec![("redis", d)])
+    }
+    fn persistence(&self, s: &Scenario) -> Option<&'static str> {
+        Some(s.lock.persistence.unwrap_or_default().as_str())
     }
     async fn connect(
         &self,

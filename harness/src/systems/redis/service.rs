@@ -1,13 +1,6 @@
 //! Redis and Redlock behind the lock-service seam.
 //!
-//! Deploy: Debian's `redis-server` (7.0), one process per instance, each with its
-//! own config in the run directory: its loopback address and port, its data
-//! directory, no RDB snapshots (`save ""`), the AOF as `[lock] persistence` says,
-//! and keyspace events for expired keys (`notify-keyspace-events Ex`), which the
-//! observer needs. Redlock's instances are independent masters: no replication,
-//! no peers (so no peer proxies: `peer_ports` is 0).
-//!
-//! Service: holders from the lock keys' owner values (the owner names its worker
+//! The service: holders from the lock keys' owner values (the owner names its worker
 //! and session; on Redlock the owner holding a majority of instances),
 //! `expire-session` by deleting the session's lock keys on every instance (a
 //! compare-and-delete that publishes what it did, so the observer sees it), and
@@ -16,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -26,25 +18,12 @@ use tokio::sync::Mutex;
 mod feed;
 
 use crate::record::observe::ObservationWriter;
-use crate::scenario::{Persistence, Scenario, ServiceKind};
+use crate::scenario::ServiceKind;
 use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
-use crate::systems::service::{
-    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
-};
+use crate::systems::service::{Holder, LockService, SessionOwner};
 
 /// Bounds every call the harness makes to an instance.
 const CALL: Duration = Duration::from_secs(2);
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
-/// The variable naming the clock-offset file clockshim reads (`clockshim/`).
-pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
-
-/// clockshim, as `ci/bootstrap.sh` builds it into the cache.
-pub fn clockshim_path() -> PathBuf {
-    crate::systems::etcd::provision::cache_dir()
-        .join("clockshim")
-        .join("libclockshim.so")
-}
-
 /// Deletes every lock key (KEYS) whose owner belongs to session ARGV[1], and
 /// publishes each deletion; returns how many.
 ///
@@ -69,138 +48,6 @@ for _, k in ipairs(KEYS) do
 end
 return n
 ";
-
-pub struct RedisDeploy {
-    version: String,
-    /// clockshim, when the scenario steps a clock: preloaded into every instance
-    /// (so any member can be the target, and a restarted one keeps its clock).
-    clockshim: Option<PathBuf>,
-}
-
-impl RedisDeploy {
-    /// Finds Debian's redis-server (`ci/bootstrap.sh` installs it) and asks it for
-    /// its version.
-    pub fn find(say: &dyn Fn(&str)) -> Result<RedisDeploy> {
-        if !Path::new(REDIS_SERVER).exists() {
-            bail!("no {REDIS_SERVER}: run ci/bootstrap.sh (apt-get install redis-server)");
-        }
-        let out = std::process::Command::new(REDIS_SERVER)
-            .arg("--version")
-            .output()
-            .context("cannot run redis-server --version")?;
-        // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 ..."
-        let text = String::from_utf8_lossy(&out.stdout);
-        let version = text
-            .split("v=")
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
-            .with_context(|| format!("cannot read redis-server's version from {text:?}"))?
-            .to_string();
-        say(&format!("redis-server {version} ({REDIS_SERVER})"));
-        Ok(RedisDeploy {
-            version,
-            clockshim: None,
-        })
-    }
-
-    /// With clockshim under every instance when the scenario steps a clock.
-    pub fn with_clock_jumps(mut self, s: &Scenario, say: &dyn Fn(&str)) -> Result<RedisDeploy> {
-        let jumps = s
-            .faults
-            .iter()
-            .any(|f| f.kind == crate::scenario::FaultKind::ClockJump);
-        let clockshim = if jumps {
-            let shim = clockshim_path();
-            if !shim.is_file() {
-                bail!(
-                    "clock-jump needs clockshim at {}: run ci/bootstrap.sh (it builds \
-                     clockshim/clockshim.c with cc)",
-                    shim.display()
-                );
-            }
-            say(&format!(
-                "clockshim under every instance ({})",
-                shim.display()
-            ));
-            Some(shim)
-        } else {
-            None
-        };
-        self.clockshim = clockshim;
-        Ok(self)
-    }
-
-    /// e.g. "7.0.15" (the docker backend tags its image with it).
-    pub fn version(&self) -> &str {
-        &self.version
-    }
-}
-
-/// Instance `i`'s config. `appendfsync always` fsyncs before the reply, so every
-/// acknowledged INCR survives a SIGKILL; `everysec` may lose the last second;
-/// `appendonly no` with `save ""` keeps nothing.
-pub fn instance_config(client: SocketAddr, data: &Path, p: Persistence) -> String {
-    let aof = match p {
-        Persistence::None => "appendonly no\n",
-        Persistence::AofEverysec => "appendonly yes\nappendfsync everysec\n",
-        Persistence::AofAlways => "appendonly yes\nappendfsync always\n",
-    };
-    format!(
-        "bind {}\nport {}\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
-         dir {}\nsave \"\"\n{aof}notify-keyspace-events E$gx\n",
-        client.ip(),
-        client.port(),
-        data.display(),
-    )
-}
-
-impl ServiceDeploy for RedisDeploy {
-    fn peer_ports(&self) -> usize {
-        0
-    }
-
-    fn process_plan(
-        &self,
-        s: &Scenario,
-        run_dir: &Path,
-        addrs: &[MemberAddrs],
-    ) -> Result<ProcessPlan> {
-        let persistence = s.lock.persistence.unwrap_or_default();
-        let mut members = Vec::new();
-        for (i, a) in addrs.iter().enumerate() {
-            let data = crate::record::rundir::member_data(run_dir, "redis", i);
-            std::fs::create_dir_all(&data)
-                .with_context(|| format!("cannot create {}", data.display()))?;
-            let cfg_path = run_dir.join(format!("redis-{i}.conf"));
-            std::fs::write(&cfg_path, instance_config(a.client, &data, persistence))
-                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-            // The offset file starts at 0 (no step yet); the nemesis rewrites it.
-            let mut env = Vec::new();
-            if let Some(shim) = &self.clockshim {
-                let clock = run_dir.join(format!("redis-{i}.clock-offset-ns"));
-                std::fs::write(&clock, "0\n")
-                    .with_context(|| format!("cannot write {}", clock.display()))?;
-                env.push(("LD_PRELOAD".to_string(), shim.display().to_string()));
-                env.push((CLOCK_OFFSET_ENV.to_string(), clock.display().to_string()));
-            }
-            members.push(ProcessMember {
-                name: format!("redis {i}"),
-                program: PathBuf::from(REDIS_SERVER),
-                args: vec![cfg_path.display().to_string()],
-                env,
-                log: crate::record::rundir::member_log(run_dir, "redis", i),
-            });
-        }
-        Ok(ProcessPlan {
-            members,
-            version: self.version.clone(),
-        })
-    }
-
-    fn ready_deadline(&self) -> Duration {
-        Duration::from_secs(15)
-    }
-}
 
 /// Polls PING until the instance answers PONG (not LOADING: an AOF being read).
 pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {

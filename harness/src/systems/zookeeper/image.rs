@@ -20,9 +20,10 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::images::{
-    add_file, shared_libraries_but, sorted_entries, BuildContext, ZOOKEEPER_DOCKERFILE,
-};
+use crate::images::{add_file, shared_libraries_but, sorted_entries, BuildContext};
+
+/// The image's build file (`ci/images/`, included so the harness builds it).
+pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../../../ci/images/zookeeper.Dockerfile");
 
 /// Native libraries of the desktop modules (java.desktop, java.smartcardio,
 /// jdk.accessibility): never loaded by a server without a display.

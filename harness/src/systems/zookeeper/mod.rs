@@ -1,12 +1,12 @@
 //! ZooKeeper: a lock is an ephemeral sequential znode under `/locks/<name>`, the
 //! grant order its czxid. [`client`] (worker side and the keyspace contract),
-//! [`service`] (process deployment, the harness's handle, its feed of creations
-//! and session ends), [`docker`] (member specs), [`image`] (the docker image's
-//! build context: ZooKeeper's jars and a JRE).
+//! [`service`] (the harness's handle, its feed of creations and session ends),
+//! [`members`] (the members' backend-neutral spec), [`image`] (the docker
+//! image's build context: ZooKeeper's jars and a JRE).
 
 pub mod client;
-pub mod docker;
 pub mod image;
+pub mod members;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -15,9 +15,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::scenario::{Scenario, ServiceKind};
+use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 use crate::systems::client::{ClientConfig, LockClient};
-use crate::systems::service::{Capabilities, LockService, ServiceDeploy};
+use crate::systems::members::{Deploy, Ports};
+use crate::systems::service::{Capabilities, LockService};
+use crate::systems::ImageDeploy;
 
 pub struct Zookeeper;
 
@@ -39,8 +41,19 @@ impl crate::systems::System for Zookeeper {
     fn member_name(&self) -> &'static str {
         "zk"
     }
-    fn deploy(&self, _s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn ServiceDeploy>> {
-        Ok(Box::new(service::ZkDeploy::find(say)?))
+    fn ports(&self) -> Ports {
+        members::PORTS
+    }
+    fn deploy(&self, _s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>> {
+        Ok(Box::new(members::ZkDeploy::find(say)?))
+    }
+    fn image_deploys(&self, _etcd: &[EtcdVersion], say: &dyn Fn(&str)) -> Result<Vec<ImageDeploy>> {
+        let d = members::ZkDeploy::find(say).map(|d| Box::new(d) as Box<dyn Deploy>);
+        Ok(vec![("zookeeper", d)])
+    }
+    fn quiet_logs(&self) -> &'static str {
+        // The client warns on every reconnect attempt, which faults make routine.
+        ",zookeeper_client=error"
     }
     async fn connect(
         &self,

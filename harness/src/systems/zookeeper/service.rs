@@ -1,14 +1,6 @@
 //! ZooKeeper behind the lock-service seam.
 //!
-//! Deploy: Debian's ZooKeeper 3.8 jars on the system JRE, one JVM per member, each
-//! with its own config and `myid` in the run directory. A member's config names
-//! its own server line with the addresses it listens on, and the other members'
-//! lines with their peer proxies: ZooKeeper binds its quorum and election ports
-//! from its own line and connects to a peer through that peer's line, and with
-//! dynamic reconfig off the lines need not agree between members (the ensemble
-//! only compares configs when reconfig is on).
-//!
-//! Service: holders from the lock children (the lowest sequence of each lock path
+//! The service: holders from the lock children (the lowest sequence of each lock path
 //! holds; its ephemeralOwner names the session, whose owner node names the
 //! worker), the leader from each member's `srvr`, `expire-session` by resuming the
 //! session from another connection and closing it (ZooKeeper's own tests' way),
@@ -16,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -29,203 +20,12 @@ mod feed;
 mod wire;
 
 use crate::record::observe::ObservationWriter;
-use crate::scenario::{Scenario, ServiceKind};
-use crate::systems::service::{
-    Holder, LockService, MemberAddrs, ProcessMember, ProcessPlan, ServiceDeploy, SessionOwner,
-};
+use crate::scenario::ServiceKind;
+use crate::systems::service::{Holder, LockService, SessionOwner};
 use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
 
 /// Bounds every call the harness makes to the ensemble.
 const CALL: Duration = Duration::from_secs(3);
-/// Debian's ZooKeeper jar: its manifest's Class-Path names its dependencies.
-const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
-/// An SLF4J binding (Debian's libslf4j-java, a dependency of zookeeper), so the
-/// member logs to stderr, i.e. to its log file; without one it says nothing.
-pub(crate) const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
-const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
-
-/// The JVM's arguments up to the config file, on either backend. Small and quick
-/// to start: a 256 MB heap, the serial collector, the C1 compiler only; IPv4 as
-/// every address here is.
-pub(crate) fn jvm_args(classpath: &str) -> Vec<String> {
-    [
-        "-Xmx256m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-Xss512k",
-        "-Djava.net.preferIPv4Stack=true",
-        "-Dzookeeper.jmx.log4j.disable=true",
-        // Election connections to a dead or cut-off peer give up after 1 s
-        // instead of 5 s: an election among live members is not held up.
-        "-Dzookeeper.cnxTimeout=1000",
-        "-Dorg.slf4j.simpleLogger.showDateTime=true",
-        "-cp",
-        classpath,
-        MAIN,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-pub struct ZkDeploy {
-    java: PathBuf,
-    classpath: String,
-    version: String,
-}
-
-impl ZkDeploy {
-    /// The Java launcher, its classpath and the ZooKeeper version: what the docker
-    /// backend's image packages.
-    pub fn java(&self) -> &Path {
-        &self.java
-    }
-
-    pub fn classpath(&self) -> &str {
-        &self.classpath
-    }
-
-    pub fn version(&self) -> &str {
-        &self.version
-    }
-
-    /// Finds Java and Debian's ZooKeeper jars (`ci/bootstrap.sh` installs them) and
-    /// asks the jar for its version.
-    pub fn find(say: &dyn Fn(&str)) -> Result<ZkDeploy> {
-        let java = PathBuf::from("/usr/bin/java");
-        if !java.exists() {
-            bail!("no /usr/bin/java: run ci/bootstrap.sh (Debian's zookeeper and JRE 17)");
-        }
-        if !Path::new(ZK_JAR).exists() {
-            bail!("no {ZK_JAR}: run ci/bootstrap.sh (apt-get install zookeeper)");
-        }
-        let mut classpath = ZK_JAR.to_string();
-        if Path::new(SLF4J_SIMPLE).exists() {
-            classpath = format!("{classpath}:{SLF4J_SIMPLE}");
-        }
-        let out = std::process::Command::new(&java)
-            .args([
-                "-cp",
-                ZK_JAR,
-                "org.apache.zookeeper.version.VersionInfoMain",
-            ])
-            .output()
-            .context("cannot run java to read ZooKeeper's version")?;
-        // "Apache ZooKeeper, version 3.8.0 2024-12-29 17:54 UTC"
-        let text = String::from_utf8_lossy(&out.stdout);
-        let version = text
-            .split("version ")
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
-            .with_context(|| format!("cannot read ZooKeeper's version from {text:?}"))?
-            .to_string();
-        say(&format!(
-            "zookeeper {version} ({ZK_JAR}, {})",
-            java.display()
-        ));
-        Ok(ZkDeploy {
-            java,
-            classpath,
-            version,
-        })
-    }
-}
-
-/// What every member's config says, on either backend. `tickTime = 1000` allows
-/// sessions of [2 s, 20 s]; `syncLimit = 2` lets a follower give up on a dead
-/// leader after 2 s (the faults kill and cut off leaders; the default 5 ticks would
-/// outlive a 2 s session twice over before an election even starts); the admin
-/// server (its port 8080 would clash between members) and reconfig are off; the
-/// four-letter words the harness uses are allowed (`dump`: which sessions the
-/// leader still tracks, see `session_alive`).
-pub(crate) fn base_config(data_dir: &str, client_ip: &str, client_port: u16) -> String {
-    format!(
-        "tickTime=1000\ninitLimit=5\nsyncLimit=2\ndataDir={data_dir}\n\
-         clientPortAddress={client_ip}\nclientPort={client_port}\nmaxClientCnxns=0\n\
-         admin.enableServer=false\nreconfigEnabled=false\n\
-         4lw.commands.whitelist=srvr,ruok,mntr,stat,dump\n"
-    )
-}
-
-/// Member `i`'s config on the process backend.
-fn member_config(i: usize, data: &Path, addrs: &[MemberAddrs]) -> String {
-    let me = &addrs[i];
-    let mut cfg = base_config(
-        &data.display().to_string(),
-        &me.client.ip().to_string(),
-        me.client.port(),
-    );
-    if addrs.len() > 1 {
-        // Not standalone even with one member, and: a server line per member,
-        // `server.<myid>=host:quorum:election`.
-        cfg.push_str("standaloneEnabled=false\n");
-        for (j, a) in addrs.iter().enumerate() {
-            let (q, e) = if j == i {
-                (a.peers[0].listen, a.peers[1].listen)
-            } else {
-                (a.peers[0].advertise, a.peers[1].advertise)
-            };
-            cfg.push_str(&format!(
-                "server.{}={}:{}:{}\n",
-                j + 1,
-                q.ip(),
-                q.port(),
-                e.port()
-            ));
-            // ZooKeeper wants one host per line; the proxies of a member share an IP.
-            debug_assert_eq!(q.ip(), e.ip());
-        }
-    }
-    cfg
-}
-
-impl ServiceDeploy for ZkDeploy {
-    fn peer_ports(&self) -> usize {
-        2
-    }
-
-    fn process_plan(
-        &self,
-        _s: &Scenario,
-        run_dir: &Path,
-        addrs: &[MemberAddrs],
-    ) -> Result<ProcessPlan> {
-        if addrs.iter().any(|a| a.peers.len() != 2) {
-            bail!("a ZooKeeper member needs two peer ports (quorum, election)");
-        }
-        if addrs
-            .iter()
-            .any(|a| a.peers[0].advertise.ip() != a.peers[1].advertise.ip())
-        {
-            bail!("a ZooKeeper member's quorum and election proxies must share an IP");
-        }
-        let mut members = Vec::new();
-        for i in 0..addrs.len() {
-            let data = crate::record::rundir::member_data(run_dir, "zk", i);
-            std::fs::create_dir_all(&data)
-                .with_context(|| format!("cannot create {}", data.display()))?;
-            std::fs::write(data.join("myid"), format!("{}\n", i + 1))
-                .with_context(|| format!("cannot write {}/myid", data.display()))?;
-            let cfg_path = run_dir.join(format!("zk-{i}.cfg"));
-            std::fs::write(&cfg_path, member_config(i, &data, addrs))
-                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-            let mut args = jvm_args(&self.classpath);
-            args.push(cfg_path.display().to_string());
-            members.push(ProcessMember {
-                name: format!("zookeeper {i}"),
-                program: self.java.clone(),
-                args,
-                env: Vec::new(),
-                log: crate::record::rundir::member_log(run_dir, "zk", i),
-            });
-        }
-        Ok(ProcessPlan {
-            members,
-            version: self.version.clone(),
-        })
-    }
-}
-
 /// Sends a four-letter word to `addr` and returns the answer (the member closes the
 /// connection after it). Bounded by one second.
 pub async fn four_letter(addr: SocketAddr, word: &str) -> Result<String> {
