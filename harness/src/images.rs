@@ -13,7 +13,7 @@
 //!   backend.
 //! - postgres: Debian's PostgreSQL 15 server, its share directory and the
 //!   libraries they load, with a cluster made by `initdb` at build time (see
-//!   `postgres.rs`).
+//!   `crate::resources::postgres::image`).
 //! - redis: Debian's `redis-server` and the libraries it loads (see `redis.rs`).
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
@@ -34,8 +34,6 @@ use testcontainers::bollard::Docker;
 use crate::scenario::EtcdVersion;
 use crate::systems::etcd::provision as etcd;
 
-mod postgres;
-
 pub const ETCD_DOCKERFILE: &str = include_str!("../../ci/images/etcd.Dockerfile");
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
@@ -43,7 +41,7 @@ pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../ci/images/zookeeper.D
 pub const POSTGRES_DOCKERFILE: &str = include_str!("../../ci/images/postgres.Dockerfile");
 pub const REDIS_DOCKERFILE: &str = include_str!("../../ci/images/redis.Dockerfile");
 
-pub use postgres::{version as postgres_version, PG_DATA, PG_PORT};
+pub use crate::resources::postgres::image::{version as postgres_version, PG_DATA, PG_PORT};
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -129,7 +127,10 @@ pub async fn zookeeper_image(
 /// missing, from Debian's postgresql-15 on this machine.
 pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
     let (version, ctx) = tokio::task::block_in_place(|| -> Result<_> {
-        Ok((postgres::version()?, postgres::context()?))
+        Ok((
+            postgres_version()?,
+            crate::resources::postgres::image::context()?,
+        ))
     })
     .context("cannot package PostgreSQL 15 for an image")?;
     let tag = format!("fencecheck/postgres:{version}-{}", ctx.hash());

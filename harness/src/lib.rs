@@ -15,7 +15,7 @@ pub mod nemesis;
 pub mod output;
 pub mod proc;
 pub mod record;
-pub mod resource;
+pub mod resources;
 pub mod run;
 pub mod scenario;
 pub mod suite;

@@ -9,7 +9,7 @@
 //! the write that depends on it, as in the classic fencing diagram.
 //!
 //! The worker neither knows nor cares which lock service or resource runs: both sit
-//! behind seams (`crate::systems::client`, `crate::resource`). What it records is here, in one
+//! behind seams (`crate::systems::client`, `crate::resources`). What it records is here, in one
 //! place: every call is an `invoke` and its completion (`ok`, `fail` when it surely
 //! did not happen, `info` when it may have), Jepsen's way.
 //!
@@ -34,8 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
-use crate::resource::postgres::{PgClientConfig, PgResource};
-use crate::resource::{fencecheck::HttpStorage, FencedResource};
+use crate::resources::{FencedResource, Reach};
 use crate::scenario::TokenMode;
 use crate::systems::client::{Acquire, Behaviour, ClientConfig, Granted, LockClient};
 use fencecheck_storage::{OpKind, Request, Verdict};
@@ -45,10 +44,8 @@ use fencecheck_storage::{OpKind, Request, Verdict};
 pub struct WorkerConfig {
     pub id: u32,
     pub lock: ClientConfig,
-    pub storage_url: String,
-    /// Set when the resource is PostgreSQL (`[storage] kind = "postgres"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub postgres: Option<PgClientConfig>,
+    /// The fenced resource, as this worker reaches it (through its own proxy).
+    pub resource: Reach,
     pub token: TokenMode,
     pub keys: u32,
     pub ops_per_hold: u32,
@@ -110,13 +107,7 @@ enum HoldOutcome {
 pub async fn run(cfg: WorkerConfig) -> Result<()> {
     let log = Arc::new(Mutex::new(EventWriter::create(&cfg.events)?));
     let lock = crate::systems::connect_client(&cfg.lock).await?;
-    let storage: Box<dyn FencedResource> = match &cfg.postgres {
-        Some(pg) => Box::new(PgResource::new(pg.clone(), Duration::from_secs(2))),
-        None => Box::new(HttpStorage::new(
-            cfg.storage_url.clone(),
-            Duration::from_secs(2),
-        )?),
-    };
+    let storage = cfg.resource.open(Duration::from_secs(2))?;
     let mut w = Worker {
         me: Process::Worker(cfg.id),
         cfg,

@@ -4,7 +4,6 @@
 //! [`Backend`].
 
 pub mod docker;
-pub mod postgres;
 pub mod process;
 
 use std::net::SocketAddr;

@@ -43,7 +43,7 @@ pub struct ProcessBackend {
     paused: HashSet<u32>,
     /// PostgreSQL, when it is the storage (`[storage] kind = "postgres"`); boxed,
     /// as most runs have none.
-    pg: Option<Box<super::postgres::PgServer>>,
+    pg: Option<Box<crate::resources::postgres::PgServer>>,
 }
 
 fn member_ip(i: usize) -> String {
@@ -119,17 +119,19 @@ impl ProcessBackend {
         let postgres = scenario.storage.kind == crate::scenario::StorageKind::Postgres;
         let storage_addr = match external {
             Some(addr) => addr,
-            None if postgres => match super::postgres::PgServer::start(scenario, run_dir).await {
-                Ok(pg) => {
-                    let addr = pg.addr;
-                    backend.pg = Some(Box::new(pg));
-                    addr
+            None if postgres => {
+                match crate::resources::postgres::PgServer::start(scenario, run_dir).await {
+                    Ok(pg) => {
+                        let addr = pg.addr;
+                        backend.pg = Some(Box::new(pg));
+                        addr
+                    }
+                    Err(e) => {
+                        backend.stop().await;
+                        return Err(e);
+                    }
                 }
-                Err(e) => {
-                    backend.stop().await;
-                    return Err(e);
-                }
-            },
+            }
             None => match backend.start_storage(scenario, run_dir) {
                 Ok(addr) => addr,
                 Err(e) => {

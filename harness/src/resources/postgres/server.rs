@@ -4,7 +4,7 @@
 //! the tables, crash and restart, and the export of the log table to
 //! `storage.jsonl` (the file every checker reads). The settings, the readiness
 //! probe, the tables and the export serve the docker backend's PostgreSQL
-//! container too (`docker/storage.rs`).
+//! container too (`docker.rs` here).
 //!
 //! PostgreSQL refuses to run as root, so `initdb` and `postgres` are started
 //! directly as the `postgres` user (uid/gid set in the spawn, no `su` in between):
@@ -22,8 +22,8 @@ use fencecheck_storage::{LogRecord, OpKind, Request, Verdict};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::client::connect;
 use crate::proc::{free_port, poll_until, spawn, Child};
-use crate::resource::postgres::connect;
 use crate::scenario::{Scenario, SyncCommit};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
