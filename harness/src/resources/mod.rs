@@ -109,6 +109,40 @@ pub trait Resource: Send + Sync {
         let _ = (storage, run_dir);
         None
     }
+
+    /// On the process backend, a resource that runs its own server (not
+    /// fencecheck's storage service) starts it here, ready and with its tables.
+    /// `None`: the backend starts fencecheck's storage.
+    async fn process_server(
+        &self,
+        scenario: &Scenario,
+        run_dir: &Path,
+    ) -> Option<Result<Box<dyn StorageServer>>> {
+        let _ = (scenario, run_dir);
+        None
+    }
+}
+
+/// A storage server a resource runs itself on the process backend: the
+/// backend's storage faults (pause, kill, restart) and its heal and stop go here.
+#[async_trait::async_trait]
+pub trait StorageServer: Send {
+    /// Where it listens.
+    fn addr(&self) -> SocketAddr;
+    /// Its name, for messages ("PostgreSQL").
+    fn what(&self) -> &'static str;
+    /// Freezes it whole; the answer is the nemesis event's detail.
+    fn pause(&mut self) -> Result<serde_json::Value>;
+    fn resume(&mut self) -> Result<()>;
+    /// Continues it if it was paused; says whether it was.
+    fn heal_paused(&mut self) -> bool;
+    /// A crash: SIGKILL, its data stays.
+    async fn kill(&mut self) -> Result<serde_json::Value>;
+    fn is_running(&self) -> bool;
+    /// Starts it again on its data and waits until it answers.
+    async fn restart(&mut self) -> Result<serde_json::Value>;
+    /// Stops it for good at the run's end.
+    async fn stop(&mut self);
 }
 
 /// The factory: `[storage]` → the harness side of its resource (whose

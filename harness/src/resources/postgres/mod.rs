@@ -19,7 +19,9 @@ use std::path::Path;
 pub use client::{PgClientConfig, PgResource};
 pub use server::PgServer;
 
-use super::{Reach, Resource};
+use anyhow::Result;
+
+use super::{Reach, Resource, StorageServer};
 use crate::record::rundir;
 use crate::scenario::{Fencing, Isolation, Scenario, SyncCommit};
 
@@ -56,6 +58,18 @@ impl Resource for Postgres {
             fencing: self.fencing,
             isolation: self.isolation,
         })
+    }
+
+    async fn process_server(
+        &self,
+        scenario: &Scenario,
+        run_dir: &Path,
+    ) -> Option<Result<Box<dyn StorageServer>>> {
+        Some(
+            PgServer::start(scenario, run_dir)
+                .await
+                .map(|s| Box::new(s) as Box<dyn StorageServer>),
+        )
     }
 
     /// The log table becomes `storage.jsonl` while the database is still up.
