@@ -11,12 +11,12 @@ use fencecheck_storage::{Answer, OpKind, Request, Verdict};
 
 use super::{FencedResource, Probed, Reach, Resource};
 use crate::assess::KeyBefore;
-use crate::scenario::{Scenario, ScenarioError, StorageKind};
+use crate::scenario::{Scenario, ScenarioError};
 
 /// The harness side of an HTTP storage: fencecheck's own (`kind = "fencecheck"`,
 /// started by the backend) or the user's (`kind = "http"`, at `url`).
 pub struct Http {
-    kind: StorageKind,
+    /// The user's storage (`kind = "http"`); `None`: fencecheck's own.
     url: Option<String>,
     durability: &'static str,
     keys: u32,
@@ -26,13 +26,21 @@ pub struct Http {
 }
 
 impl Http {
-    pub fn new(s: &Scenario) -> Http {
+    /// fencecheck's own storage, started by the backend.
+    pub fn ours(s: &Scenario) -> Http {
         Http {
-            kind: s.storage.kind,
-            url: s.storage.url.clone(),
+            url: None,
             durability: s.storage.durability.as_str(),
             keys: s.workload.keys,
             path: "/".into(),
+        }
+    }
+
+    /// The user's own storage at `[storage] url`.
+    pub fn users(s: &Scenario) -> Http {
+        Http {
+            url: s.storage.url.clone(),
+            ..Http::ours(s)
         }
     }
 }
@@ -45,7 +53,7 @@ impl Resource for Http {
     /// starts (exit 2, naming the `url` line); a key that holds data is not (the run
     /// goes on and fails on it, naming the key).
     async fn probe(&mut self, scenario_path: &Path) -> Result<Option<Probed>, ScenarioError> {
-        let (StorageKind::Http, Some(url)) = (self.kind, self.url.as_deref()) else {
+        let Some(url) = self.url.as_deref() else {
             return Ok(None);
         };
         let text = std::fs::read_to_string(scenario_path).unwrap_or_default();
@@ -77,9 +85,9 @@ impl Resource for Http {
     }
 
     fn describe(&self) -> String {
-        match self.kind {
-            StorageKind::Http => format!("http {}", self.url.as_deref().unwrap_or_default()),
-            _ => format!("fencecheck ({})", self.durability),
+        match &self.url {
+            Some(url) => format!("http {url}"),
+            None => format!("fencecheck ({})", self.durability),
         }
     }
 

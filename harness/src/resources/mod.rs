@@ -147,10 +147,12 @@ pub trait StorageServer: Send {
 
 /// The factory: `[storage]` → the harness side of its resource (whose
 /// [`Resource::reach`] gives the worker side). The only match on the storage kind
-/// outside the config.
+/// outside the config (the docker backend still asks the kind which image and
+/// container to start: `backend/docker/`).
 pub fn resource(s: &Scenario) -> Box<dyn Resource> {
     match s.storage.kind {
-        StorageKind::Fencecheck | StorageKind::Http => Box::new(fencecheck::Http::new(s)),
+        StorageKind::Fencecheck => Box::new(fencecheck::Http::ours(s)),
+        StorageKind::Http => Box::new(fencecheck::Http::users(s)),
         StorageKind::Postgres => Box::new(postgres::Postgres::new(s)),
     }
 }

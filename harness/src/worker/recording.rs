@@ -54,7 +54,8 @@ impl Log {
 pub struct Recording<C: ?Sized> {
     log: Log,
     inner: Box<C>,
-    /// The lock client: which of the grant's numbers the resource is sent.
+    /// The lock client: which of a grant's numbers is its token (`[storage]
+    /// token`), recorded with the grant; the resource's requests carry theirs.
     token: TokenMode,
     /// The lock client: its broken rule is recorded once.
     client_error_recorded: bool,
