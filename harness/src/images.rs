@@ -10,7 +10,7 @@
 //! - reaper: `fencecheck-reaper`, built the same way (see `reaper/`).
 //! - postgres: Debian's PostgreSQL 15 server, its share directory and the
 //!   libraries they load, with a cluster made by `initdb` at build time (see
-//!   `postgres.rs`).
+//!   `crate::resources::postgres::image`).
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -29,13 +29,11 @@ use testcontainers::bollard::Docker;
 
 use crate::systems::members::Deploy;
 
-mod postgres;
-
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
 pub const POSTGRES_DOCKERFILE: &str = include_str!("../../ci/images/postgres.Dockerfile");
 
-pub use postgres::{version as postgres_version, PG_DATA, PG_PORT};
+pub use crate::resources::postgres::image::{version as postgres_version, PG_DATA, PG_PORT};
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -111,7 +109,10 @@ pub async fn system_image(
 /// missing, from Debian's postgresql-15 on this machine.
 pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
     let (version, ctx) = tokio::task::block_in_place(|| -> Result<_> {
-        Ok((postgres::version()?, postgres::context()?))
+        Ok((
+            postgres_version()?,
+            crate::resources::postgres::image::context()?,
+        ))
     })
     .context("cannot package PostgreSQL 15 for an image")?;
     let tag = format!("fencecheck/postgres:{version}-{}", ctx.hash());

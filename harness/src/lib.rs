@@ -17,7 +17,7 @@ pub mod output;
 pub mod plan;
 pub mod proc;
 pub mod record;
-pub mod resource;
+pub mod resources;
 pub mod run;
 pub mod scenario;
 pub mod suite;

@@ -20,9 +20,8 @@ use crate::proc::{spawn, Child};
 use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
 use crate::record::observe::ObservationWriter;
 use crate::record::rundir;
-use crate::resource::postgres::{PgClientConfig, PgResource};
-use crate::resource::FencedResource;
-use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind, StorageKind};
+use crate::resources::{self, Probed, Resource};
+use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind};
 use crate::systems::client::ClientConfig;
 use crate::systems::external::ExternalConfig;
 use crate::systems::service::LockService;
@@ -91,8 +90,8 @@ struct Run<'a> {
     seed: u64,
     dir: PathBuf,
     quiet: bool,
-    /// The path (and query) of the storage's endpoint: "/" for fencecheck's own.
-    storage_path: String,
+    /// The fenced resource's harness side.
+    resource: Box<dyn Resource>,
 }
 
 impl Run<'_> {
@@ -138,18 +137,16 @@ pub async fn run(
     // A fault the backend cannot do is bad input: refused before anything starts.
     let chosen = backend::choose(&scenario).await?;
     crate::plan::check(&scenario, chosen.kind)?;
-    let (external, before) = match external_storage(&scenario).await? {
-        Some((addr, path, before)) => (Some((addr, path)), Some(before)),
+    let mut resource = resources::resource(&scenario);
+    let (external, before) = match resource.probe(&scenario.source).await? {
+        Some(Probed { addr, before }) => (Some(addr), Some(before)),
         None => (None, None),
     };
     let run = Run {
         path: scenario_path,
         s: &scenario,
         seed,
-        storage_path: external
-            .as_ref()
-            .map(|(_, p)| p.clone())
-            .unwrap_or_else(|| "/".into()),
+        resource,
         dir: o
             .out
             .clone()
@@ -174,8 +171,7 @@ pub async fn run(
     ));
 
     let say = |m: &str| run.say(m);
-    let (backend, dep) =
-        Backend::start(chosen, &scenario, external.map(|(a, _)| a), &run.dir, &say).await?;
+    let (backend, dep) = Backend::start(chosen, &scenario, external, &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
     let links = Links::start(
         scenario.workload.workers,
@@ -193,61 +189,16 @@ pub async fn run(
         }
         Err(e) => Err(e.into()),
     };
-    if scenario.storage.kind == StorageKind::Postgres {
-        // On every path that got this far (an interrupted run too): the log table
-        // becomes storage.jsonl while the database is still up.
-        match crate::backend::postgres::export(dep.storage, &run.dir.join(rundir::STORAGE_LOG))
-            .await
-        {
-            Ok(n) => run.say(&format!("exported {n} PostgreSQL log rows")),
-            Err(e) => tracing::warn!(
-                "exporting PostgreSQL's log table failed: {e:#}; the data stays in {}",
-                run.dir.join(crate::backend::postgres::DATA).display()
-            ),
-        }
+    // On every path that got this far (an interrupted run too), while the
+    // storage is still up.
+    if let Some(m) = run.resource.collect(dep.storage, &run.dir).await {
+        run.say(&m);
     }
     backend.lock().await.stop().await;
     outcome?;
     run.say("checking the recorded history");
     let report = assess::assess(&run.dir)?;
     Ok((report, run.dir))
-}
-
-/// A storage of the user's own (`kind = "http"`): its address and path, once it has
-/// answered a protocol probe of every workload key, and what each key held.
-/// Unreachable or not speaking the protocol is bad input, found before anything
-/// starts (exit 2, naming the `url` line); a key that holds data is not (the run
-/// goes on and fails on it, naming the key).
-async fn external_storage(
-    s: &Scenario,
-) -> Result<Option<(std::net::SocketAddr, String, Vec<assess::KeyBefore>)>, RunError> {
-    let (StorageKind::Http, Some(url)) = (s.storage.kind, s.storage.url.as_deref()) else {
-        return Ok(None);
-    };
-    let bad = |message: String| {
-        s.source
-            .error_at_key("url", format!("storage.url = {url:?}: {message}"))
-    };
-    let (host, port, path) = crate::scenario::http_url(url).map_err(&bad)?;
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .map_err(|e| bad(format!("cannot resolve {host}: {e}")))?
-        .next()
-        .ok_or_else(|| bad(format!("{host} resolves to no address")))?;
-    let direct = format!("http://{addr}{path}");
-    let answers =
-        crate::resource::fencecheck::probe(&direct, Duration::from_secs(5), s.workload.keys)
-            .await
-            .map_err(|e| bad(format!("no protocol answer from {direct}: {e:#}")))?;
-    let before = answers
-        .into_iter()
-        .map(|(key, a)| assess::KeyBefore {
-            key,
-            value: a.value,
-            token: a.token,
-        })
-        .collect();
-    Ok(Some((addr, path, before)))
 }
 
 /// Workers, observer and nemesis against a started backend. Everything started
@@ -340,15 +291,7 @@ fn write_run_info(
         fencing: s.storage.fencing.as_str().to_string(),
         token: s.storage.token.as_str().to_string(),
         behaviour: s.workload.behaviour.as_str().to_string(),
-        resource: match s.storage.kind {
-            StorageKind::Fencecheck => format!("fencecheck ({})", s.storage.durability.as_str()),
-            StorageKind::Http => format!("http {}", s.storage.url.as_deref().unwrap_or_default()),
-            StorageKind::Postgres => format!(
-                "postgres (isolation {}, synchronous_commit {})",
-                s.storage.isolation.unwrap_or_default().as_str(),
-                s.storage.synchronous_commit.unwrap_or_default().as_str()
-            ),
-        },
+        resource: run.resource.describe(),
         time_origin_ns: start_ns,
         time_end_ns: end_ns,
         schedule: plan
@@ -395,16 +338,9 @@ fn start_workers(
                     log: rundir::client_log(&run.dir, id),
                 }),
             },
-            storage_url: format!(
-                "{}{}",
-                links.storage_url(id).trim_end_matches('/'),
-                run.storage_path
-            ),
-            postgres: (s.storage.kind == StorageKind::Postgres).then(|| PgClientConfig {
-                addr: links.worker_storage[id as usize].local_addr().to_string(),
-                fencing: s.storage.fencing,
-                isolation: s.storage.isolation.unwrap_or_default(),
-            }),
+            resource: run
+                .resource
+                .reach(links.worker_storage[id as usize].local_addr()),
             token: s.storage.token.mode(),
             keys: s.workload.keys,
             ops_per_hold: s.workload.ops_per_hold,
@@ -525,18 +461,10 @@ impl Observer {
 async fn final_reads(run: &Run<'_>, dep: &Deployment) -> Result<()> {
     let s = run.s;
     let mut log = EventWriter::create(&run.dir.join(rundir::FINAL_EVENTS))?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-    let url = format!("http://{}{}", dep.storage, run.storage_path);
-    let mut pg = (s.storage.kind == StorageKind::Postgres).then(|| {
-        let cfg = PgClientConfig {
-            addr: dep.storage.to_string(),
-            fencing: s.storage.fencing,
-            isolation: s.storage.isolation.unwrap_or_default(),
-        };
-        PgResource::new(cfg, Duration::from_secs(5))
-    });
+    let mut storage = run
+        .resource
+        .reach(dep.storage)
+        .open(Duration::from_secs(5))?;
     for k in 0..s.workload.keys {
         let key = format!("k{k}");
         let mut inv = Event::new(
@@ -556,10 +484,7 @@ async fn final_reads(run: &Run<'_>, dep: &Deployment) -> Result<()> {
             client: "final".into(),
             request_id: u64::from(k) + 1,
         };
-        let res = match pg.as_mut() {
-            Some(pg) => pg.call(&req).await,
-            None => crate::resource::fencecheck::call(&http, &url, &req).await,
-        };
+        let res = storage.call(&req).await;
         let mut e = Event::new(Process::Named("final".into()), EventType::Ok, F::FinalRead);
         e.key = Some(key);
         match res {

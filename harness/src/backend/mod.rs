@@ -5,7 +5,6 @@
 
 pub mod caps;
 pub mod docker;
-pub mod postgres;
 pub mod process;
 
 use std::net::SocketAddr;

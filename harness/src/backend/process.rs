@@ -46,9 +46,9 @@ pub struct ProcessBackend {
     peer_proxies: Vec<Proxy>,
     /// Pids frozen by `pause` and not yet resumed.
     paused: HashSet<u32>,
-    /// PostgreSQL, when it is the storage (`[storage] kind = "postgres"`); boxed,
-    /// as most runs have none.
-    pg: Option<Box<super::postgres::PgServer>>,
+    /// A server the resource runs itself (`resources::Resource::process_server`),
+    /// when it is the storage instead of fencecheck's.
+    server: Option<Box<dyn crate::resources::StorageServer>>,
 }
 
 fn member_ip(i: usize) -> String {
@@ -150,7 +150,7 @@ impl ProcessBackend {
             storage: None,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
             paused: HashSet::new(),
-            pg: None,
+            server: None,
         };
         for (i, spec) in specs.into_iter().enumerate() {
             let clock_file = spec.clock_file.as_ref().map(|f| run_dir.join(f));
@@ -167,21 +167,23 @@ impl ProcessBackend {
             }
             backend.members.push(m);
         }
-        let postgres = scenario.storage.kind == crate::scenario::StorageKind::Postgres;
-        let storage_addr = match external {
-            Some(addr) => addr,
-            None if postgres => match super::postgres::PgServer::start(scenario, run_dir).await {
-                Ok(pg) => {
-                    let addr = pg.addr;
-                    backend.pg = Some(Box::new(pg));
-                    addr
-                }
-                Err(e) => {
-                    backend.stop().await;
-                    return Err(e);
-                }
-            },
-            None => match backend.start_storage(scenario, run_dir) {
+        let resource = crate::resources::resource(scenario);
+        let own = match external {
+            Some(_) => None,
+            None => resource.process_server(scenario, run_dir).await,
+        };
+        let storage_addr = match (external, own) {
+            (Some(addr), _) => addr,
+            (None, Some(Ok(server))) => {
+                let addr = server.addr();
+                backend.server = Some(server);
+                addr
+            }
+            (None, Some(Err(e))) => {
+                backend.stop().await;
+                return Err(e);
+            }
+            (None, None) => match backend.start_storage(scenario, run_dir) {
                 Ok(addr) => addr,
                 Err(e) => {
                     backend.stop().await;
@@ -202,8 +204,8 @@ impl ProcessBackend {
         }
         // A storage of the user's own was probed before the run began (its /health
         // is not part of the protocol); ours is polled until it answers.
-        // PostgreSQL answered `SELECT 1` before its tables were made.
-        let ours = external.is_none() && !postgres;
+        // A server of the resource's own answered before its tables were made.
+        let ours = external.is_none() && backend.server.is_none();
         if ours {
             if let Err(e) = wait_http_healthy("storage", storage_addr, READY_DEADLINE).await {
                 backend.stop().await;
@@ -246,8 +248,8 @@ impl ProcessBackend {
     }
 
     pub fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
-        if let (Service::Storage, Some(pg)) = (who, self.pg.as_mut()) {
-            return pg.pause();
+        if let (Service::Storage, Some(server)) = (who, self.server.as_mut()) {
+            return server.pause();
         }
         let pid = self.pid_of(who)?;
         // Recorded before the signal, so a heal never misses it.
@@ -257,8 +259,8 @@ impl ProcessBackend {
     }
 
     pub fn resume(&mut self, who: Service) -> Result<()> {
-        if let (Service::Storage, Some(pg)) = (who, self.pg.as_mut()) {
-            return pg.resume();
+        if let (Service::Storage, Some(server)) = (who, self.server.as_mut()) {
+            return server.resume();
         }
         let pid = self.pid_of(who)?;
         self.paused.remove(&pid);
@@ -301,8 +303,8 @@ impl ProcessBackend {
 
     /// SIGKILLs the storage (its log stays: it is the storage's state).
     pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
-        if let Some(pg) = self.pg.as_mut() {
-            return pg.kill().await;
+        if let Some(server) = self.server.as_mut() {
+            return server.kill().await;
         }
         let mut c = self.storage.take().context("the storage is not running")?;
         let pid = c.pid();
@@ -314,8 +316,8 @@ impl ProcessBackend {
     /// Starts the storage again on the same address and log, and waits until it
     /// answers: it rebuilds its state from the log before it listens.
     pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
-        if let Some(pg) = self.pg.as_mut() {
-            return pg.restart().await;
+        if let Some(server) = self.server.as_mut() {
+            return server.restart().await;
         }
         let spec = self
             .storage_spec
@@ -347,12 +349,12 @@ impl ProcessBackend {
                 done.push(format!("restarted member {i}"));
             }
         }
-        if let Some(pg) = self.pg.as_mut() {
-            if pg.heal_paused() {
-                done.push("continued PostgreSQL".into());
+        if let Some(server) = self.server.as_mut() {
+            if server.heal_paused() {
+                done.push(format!("continued {}", server.what()));
             }
-            if !pg.is_running() && pg.restart().await.is_ok() {
-                done.push("restarted PostgreSQL".into());
+            if !server.is_running() && server.restart().await.is_ok() {
+                done.push(format!("restarted {}", server.what()));
             }
         }
         if self.storage_spec.is_some()
@@ -366,8 +368,8 @@ impl ProcessBackend {
 
     pub async fn stop(&mut self) {
         self.heal_paused();
-        if let Some(pg) = self.pg.as_mut() {
-            pg.stop().await;
+        if let Some(server) = self.server.as_mut() {
+            server.stop().await;
         }
         if let Some(mut s) = self.storage.take() {
             s.stop(Duration::from_secs(2)).await;

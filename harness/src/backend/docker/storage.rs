@@ -23,13 +23,10 @@ use testcontainers::bollard::Docker;
 use super::cleanup::{tracked, InFlight};
 use super::container::{self, ContainerSpec, MountSpec, Running, StartFailure, READY_DEADLINE};
 use super::network;
-use crate::backend::postgres as pg;
-use crate::images::{PG_DATA, PG_PORT};
+use crate::resources::postgres::docker as pg;
 use crate::scenario::Scenario;
 
 const STORAGE_PORT: u16 = 7000;
-/// PostgreSQL prints this once it serves, after a crash recovery too.
-const PG_READY_LINE: &str = "database system is ready to accept connections";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -101,8 +98,7 @@ impl Storage {
         )
     }
 
-    /// PostgreSQL with the process backend's settings, its data directory on the
-    /// volume `<name>-data` (filled by the engine from the image's fresh cluster).
+    /// PostgreSQL (`crate::resources::postgres::docker`).
     pub(super) fn postgres(
         name: String,
         image: &str,
@@ -110,33 +106,11 @@ impl Storage {
         run_dir: &Path,
         port: u16,
     ) -> Storage {
-        let volume = format!("{name}-data");
-        let sync = scenario.storage.synchronous_commit.unwrap_or_default();
-        let cmd = pg::settings("*", sync)
-            .into_iter()
-            .flat_map(|s| ["-c".to_string(), s])
-            .collect();
-        let spec = ContainerSpec {
-            name,
-            image: image.to_string(),
-            role: "postgres",
-            cmd,
-            env: Vec::new(),
-            network: None,
-            ports: vec![(PG_PORT, port)],
-            mounts: vec![MountSpec::Volume {
-                name: volume.clone(),
-                target: PG_DATA.into(),
-            }],
-            // The image's `postgres` user.
-            user: None,
-            ready_line: PG_READY_LINE,
-            auto_remove: false,
-        };
+        let (spec, volume, log) = pg::container(name, image, scenario, run_dir, port);
         let kind = Kind::Postgres {
             keys: scenario.workload.keys,
         };
-        Storage::new(spec, kind, Some(volume), port, run_dir.join(pg::LOG))
+        Storage::new(spec, kind, Some(volume), port, log)
     }
 
     fn new(

@@ -2,7 +2,7 @@
 //! (through its storage proxy), each request one transaction that applies the
 //! fencing rule in SQL and INSERTs the request's log row, so the log table holds
 //! exactly the committed operations. The harness exports that table to
-//! `storage.jsonl` at the end of the run (`crate::backend::postgres::export`).
+//! `storage.jsonl` at the end of the run (`super::server::export`).
 //!
 //! Order: every operation except a `check-then-write` rejection locks its key's
 //! row (`FOR UPDATE`) before it takes its log `seq` from the sequence, and holds the
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Transaction};
 
-use super::FencedResource;
+use crate::resources::FencedResource;
 use crate::scenario::{Fencing, Isolation};
 
 /// Serialization failures retried per request before it is given up (unknown).

@@ -2,12 +2,97 @@
 //! (`docs/storage-protocol.md`): fencecheck's own storage service, or the user's
 //! own service (`[storage] kind = "http"`), behind the fenced-resource seam.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fencecheck_storage::{Answer, OpKind, Request, Verdict};
 
-use super::FencedResource;
+use super::{FencedResource, Probed, Reach, Resource};
+use crate::assess::KeyBefore;
+use crate::scenario::{Scenario, ScenarioError, Source};
+
+/// The harness side of an HTTP storage: fencecheck's own (`kind = "fencecheck"`,
+/// started by the backend) or the user's (`kind = "http"`, at `url`).
+pub struct Http {
+    /// The user's storage (`kind = "http"`); `None`: fencecheck's own.
+    url: Option<String>,
+    durability: &'static str,
+    keys: u32,
+    /// The path (and query) of the storage's endpoint: "/" for fencecheck's own,
+    /// the `url`'s for the user's (known once probed).
+    path: String,
+}
+
+impl Http {
+    /// fencecheck's own storage, started by the backend.
+    pub fn ours(s: &Scenario) -> Http {
+        Http {
+            url: None,
+            durability: s.storage.durability.as_str(),
+            keys: s.workload.keys,
+            path: "/".into(),
+        }
+    }
+
+    /// The user's own storage at `[storage] url`.
+    pub fn users(s: &Scenario) -> Http {
+        Http {
+            url: s.storage.url.clone(),
+            ..Http::ours(s)
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Resource for Http {
+    /// A storage of the user's own (`kind = "http"`): its address, once it has
+    /// answered a protocol probe of every workload key, and what each key held.
+    /// Unreachable or not speaking the protocol is bad input, found before anything
+    /// starts (exit 2, naming the `url` line); a key that holds data is not (the run
+    /// goes on and fails on it, naming the key).
+    async fn probe(&mut self, source: &Source) -> Result<Option<Probed>, ScenarioError> {
+        let Some(url) = self.url.as_deref() else {
+            return Ok(None);
+        };
+        let bad = |message: String| {
+            source.error_at_key("url", format!("storage.url = {url:?}: {message}"))
+        };
+        let (host, port, path) = crate::scenario::http_url(url).map_err(&bad)?;
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| bad(format!("cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| bad(format!("{host} resolves to no address")))?;
+        let direct = format!("http://{addr}{path}");
+        let answers = probe(&direct, Duration::from_secs(5), self.keys)
+            .await
+            .map_err(|e| bad(format!("no protocol answer from {direct}: {e:#}")))?;
+        let before = answers
+            .into_iter()
+            .map(|(key, a)| KeyBefore {
+                key,
+                value: a.value,
+                token: a.token,
+            })
+            .collect();
+        self.path = path;
+        Ok(Some(Probed { addr, before }))
+    }
+
+    fn describe(&self) -> String {
+        match &self.url {
+            Some(url) => format!("http {url}"),
+            None => format!("fencecheck ({})", self.durability),
+        }
+    }
+
+    fn reach(&self, addr: SocketAddr) -> Reach {
+        Reach::Http {
+            url: format!("http://{addr}{}", self.path),
+        }
+    }
+}
 
 pub struct HttpStorage {
     http: reqwest::Client,

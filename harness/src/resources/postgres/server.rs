@@ -4,7 +4,7 @@
 //! the tables, crash and restart, and the export of the log table to
 //! `storage.jsonl` (the file every checker reads). The settings, the readiness
 //! probe, the tables and the export serve the docker backend's PostgreSQL
-//! container too (`docker/storage.rs`).
+//! container too (`docker.rs` here).
 //!
 //! PostgreSQL refuses to run as root, so `initdb` and `postgres` are started
 //! directly as the `postgres` user (uid/gid set in the spawn, no `su` in between):
@@ -22,8 +22,9 @@ use fencecheck_storage::{LogRecord, OpKind, Request, Verdict};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::client::connect;
 use crate::proc::{free_port, poll_until, spawn, Child};
-use crate::resource::postgres::connect;
+use crate::resources::StorageServer;
 use crate::scenario::{Scenario, SyncCommit};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -191,28 +192,40 @@ impl PgServer {
         kill(Pid::from_raw(-(pid as i32)), sig).with_context(|| format!("{sig} to PostgreSQL"))?;
         Ok(pid)
     }
+}
 
-    pub fn pause(&mut self) -> Result<serde_json::Value> {
+/// The process backend runs it as the storage (`resources::StorageServer`).
+#[async_trait::async_trait]
+impl StorageServer for PgServer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn what(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
+    fn pause(&mut self) -> Result<serde_json::Value> {
         // Recorded first, so a heal never misses it.
         self.paused = true;
         let pid = self.signal_group(Signal::SIGSTOP)?;
         Ok(serde_json::json!({ "action": "SIGSTOP", "process_group": pid }))
     }
 
-    pub fn resume(&mut self) -> Result<()> {
+    fn resume(&mut self) -> Result<()> {
         self.paused = false;
         self.signal_group(Signal::SIGCONT).map(|_| ())
     }
 
     /// Continues a paused database; says whether it was paused.
-    pub fn heal_paused(&mut self) -> bool {
+    fn heal_paused(&mut self) -> bool {
         std::mem::take(&mut self.paused) && self.signal_group(Signal::SIGCONT).is_ok()
     }
 
     /// A crash: SIGKILL to the postmaster and every backend at once. The data
     /// directory stays; what survives is what its WAL had on disk or in the page
     /// cache.
-    pub async fn kill(&mut self) -> Result<serde_json::Value> {
+    async fn kill(&mut self) -> Result<serde_json::Value> {
         let pid = self.signal_group(Signal::SIGKILL)?;
         self.paused = false;
         if let Some(mut c) = self.child.take() {
@@ -221,13 +234,13 @@ impl PgServer {
         Ok(serde_json::json!({ "action": "SIGKILL", "process_group": pid }))
     }
 
-    pub fn is_running(&self) -> bool {
+    fn is_running(&self) -> bool {
         self.child.is_some()
     }
 
     /// Starts it again on its data directory (crash recovery replays the WAL) and
     /// waits until it answers.
-    pub async fn restart(&mut self) -> Result<serde_json::Value> {
+    async fn restart(&mut self) -> Result<serde_json::Value> {
         if self.child.is_none() {
             self.spawn()?;
         }
@@ -244,7 +257,7 @@ impl PgServer {
 
     /// Fast shutdown (SIGINT: roll back, checkpoint, exit), then SIGKILL of the
     /// group if it is not done in time.
-    pub async fn stop(&mut self) {
+    async fn stop(&mut self) {
         self.heal_paused();
         if let Some(mut c) = self.child.take() {
             let _ = c.signal(Signal::SIGINT);

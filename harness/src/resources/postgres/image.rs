@@ -25,7 +25,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::{add_file, shared_libraries, sorted_entries, BuildContext, POSTGRES_DOCKERFILE};
+use crate::images::{
+    add_file, shared_libraries, sorted_entries, BuildContext, POSTGRES_DOCKERFILE,
+};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PKGLIB: &str = "/usr/lib/postgresql/15/lib";
@@ -74,7 +76,7 @@ pub fn version() -> Result<String> {
         .with_context(|| format!("cannot read the PostgreSQL version from {text:?}"))
 }
 
-pub(super) fn context() -> Result<BuildContext> {
+pub(crate) fn context() -> Result<BuildContext> {
     let mut files: BTreeMap<String, (u32, Vec<u8>)> = BTreeMap::new();
     let mut elves = Vec::new();
     for b in ["postgres", "initdb"] {
