@@ -67,6 +67,9 @@ pub trait System: Sync {
     async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()>;
     /// fencecheck's own worker-side client.
     async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>>;
+    /// How an external adapter's sessions and grants on it are tied to their
+    /// worker (its owner entries), for one worker.
+    fn external_owners(&self, cfg: &ClientConfig) -> Box<dyn external::owner::Owners>;
 }
 
 /// The registry: the system behind a `[lock] service` kind.

@@ -5,6 +5,7 @@
 //! spec and image), [`provision`] (finding or fetching the etcd binary).
 
 pub mod client;
+pub mod external;
 pub mod members;
 pub mod provision;
 pub mod service;
@@ -67,5 +68,11 @@ impl crate::systems::System for Etcd {
     }
     async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
         Ok(Box::new(client::EtcdClient::connect(cfg).await?))
+    }
+    fn external_owners(
+        &self,
+        cfg: &ClientConfig,
+    ) -> Box<dyn crate::systems::external::owner::Owners> {
+        Box::new(external::EtcdOwners::new(cfg))
     }
 }

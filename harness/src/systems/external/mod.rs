@@ -14,7 +14,7 @@
 //! worker records before it ends. The process itself is in [`child`].
 
 mod child;
-mod owner;
+pub mod owner;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -80,7 +80,8 @@ pub struct ExternalClient {
     notices: Vec<ClientError>,
     lost: LostSlot,
     session: i64,
-    owners: owner::Owners,
+    /// The system's owner entries for this worker's sessions and grants.
+    owners: Box<dyn owner::Owners>,
     pub library: String,
 }
 
@@ -116,7 +117,7 @@ impl ExternalClient {
             notices: Vec::new(),
             lost: Arc::new(Mutex::new(None)),
             session: 0,
-            owners: owner::Owners::new(cfg),
+            owners: crate::systems::system(cfg.service).external_owners(cfg),
             library: String::new(),
         };
         c.spawn().await;
@@ -316,7 +317,12 @@ impl LockClient for ExternalClient {
         };
         self.session = session;
         let lost = self.new_session_slot();
-        if let Err(e) = self.owners.session(self.cfg.worker, session).await {
+        // 0: the library has no session (the grants carry theirs).
+        let named = match session {
+            0 => Ok(()),
+            s => self.owners.session(self.cfg.worker, s).await,
+        };
+        if let Err(e) = named {
             // Faults aimed at the holder will not find this worker; the run
             // goes on (the grants are still judged).
             tracing::warn!("cannot register the session's owner: {e:#}");
@@ -325,31 +331,12 @@ impl LockClient for ExternalClient {
     }
 
     async fn acquire(&mut self, name: &str) -> Acquire {
-        use crate::scenario::ServiceKind;
         let handle = random_id();
-        let lock = match self.cfg.service {
-            ServiceKind::Etcd => crate::systems::etcd::client::lock_name(name),
-            ServiceKind::Zookeeper => crate::systems::zookeeper::client::lock_dir(name),
-            ServiceKind::Redis | ServiceKind::Redlock => {
-                crate::systems::redis::client::lock_key(name)
-            }
-        };
-        let mut fields = json!({ "lock": lock });
-        // redis-py and the like have no session: each lock is its own, so
-        // `expire-session` of its holder deletes just that lock, and the
-        // observer's end of it is this grant's session end.
+        let mut fields = json!({ "lock": self.owners.lock(name) });
         let mut session = self.session;
-        if self.cfg.service.is_redis() {
-            if session == 0 {
-                session = handle;
-            }
-            let owner = crate::systems::redis::client::Owner {
-                worker: self.cfg.worker,
-                pid: std::process::id(),
-                session,
-                nonce: handle,
-            };
-            fields["owner"] = json!(owner.to_string());
+        if let Some((s, owner)) = self.owners.owner_value(self.cfg.worker, session, handle) {
+            session = s;
+            fields["owner"] = json!(owner);
         }
         let m = match self.call("acquire", fields, None).await {
             Ok(m) => m,

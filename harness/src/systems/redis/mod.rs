@@ -6,6 +6,7 @@
 //! clockshim for clock jumps), [`image`] (redis-server FROM scratch).
 
 pub mod client;
+pub mod external;
 pub mod image;
 pub mod members;
 pub mod service;
@@ -78,5 +79,11 @@ impl crate::systems::System for Redis {
     }
     async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
         Ok(Box::new(client::RedisClient::connect(cfg).await?))
+    }
+    fn external_owners(
+        &self,
+        _cfg: &ClientConfig,
+    ) -> Box<dyn crate::systems::external::owner::Owners> {
+        Box::new(external::RedisOwners)
     }
 }

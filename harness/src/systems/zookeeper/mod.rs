@@ -5,6 +5,7 @@
 //! image's build context: ZooKeeper's jars and a JRE).
 
 pub mod client;
+pub mod external;
 pub mod image;
 pub mod members;
 pub mod service;
@@ -67,5 +68,11 @@ impl crate::systems::System for Zookeeper {
     }
     async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
         Ok(Box::new(client::ZkClient::connect(cfg).await?))
+    }
+    fn external_owners(
+        &self,
+        cfg: &ClientConfig,
+    ) -> Box<dyn crate::systems::external::owner::Owners> {
+        Box::new(external::ZkOwners::new(cfg))
     }
 }
