@@ -53,11 +53,12 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let scenario = Scenario::load_recorded(&run_dir.join(SCENARIO))?;
     let storage_log = scenario.storage.kind.has_log();
     let (mut rec, mut problems) = load(run_dir, storage_log)?;
-    // Redis and Redlock clients cannot know a grant's place: put the grants in the
-    // order the harness observed before anything judges by it.
-    // External clients' grants likewise: their entries are matched to the
-    // creations the harness observed.
-    if scenario.lock.service.is_redis() || scenario.client.is_some() {
+    // Clients of a system that does not number its grants cannot know a grant's
+    // place: put the grants in the order the harness observed before anything
+    // judges by it. External clients' grants likewise: their entries are
+    // matched to the creations the harness observed.
+    let numbered = crate::systems::system(scenario.lock.service).numbers_grants_itself();
+    if !numbered || scenario.client.is_some() {
         problems.extend(check::resolve::resolve(&mut rec));
     }
     let client_errors = client_errors(&rec.events);

@@ -21,7 +21,7 @@ use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Proces
 use crate::record::observe::ObservationWriter;
 use crate::record::rundir;
 use crate::resources::{self, Probed, Resource};
-use crate::scenario::{BackendKind, EtcdVersion, Scenario, ServiceKind};
+use crate::scenario::{BackendKind, EtcdVersion, Scenario};
 use crate::systems::client::ClientConfig;
 use crate::systems::external::ExternalConfig;
 use crate::systems::service::LockService;
@@ -69,7 +69,7 @@ pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
     }
     if let Some(e) = o.etcd {
         // `--etcd` picks etcd's version; other services keep theirs.
-        if s.lock.service == ServiceKind::Etcd {
+        if crate::systems::system(s.lock.service).etcd_versioned() {
             s.cluster.version = Some(e.to_string());
         }
     }
@@ -110,9 +110,10 @@ fn default_run_dir(name: &str) -> PathBuf {
 }
 
 fn reproduce_command(scenario_path: &Path, s: &Scenario, seed: u64) -> String {
-    let version = match s.lock.service {
-        ServiceKind::Etcd => format!(" --etcd {}", s.etcd_version()),
-        _ => String::new(),
+    let version = if crate::systems::system(s.lock.service).etcd_versioned() {
+        format!(" --etcd {}", s.etcd_version())
+    } else {
+        String::new()
     };
     format!(
         "fencecheck scenario {} --seed {seed} --duration {} --workers {}{version} --backend {}",
@@ -276,9 +277,10 @@ fn write_run_info(
         backend_reason: dep.backend_reason.clone(),
         service: dep.service.to_string(),
         service_version: dep.version.clone(),
-        etcd_version: match dep.service {
-            ServiceKind::Etcd => dep.version.clone(),
-            _ => String::new(),
+        etcd_version: if crate::systems::system(dep.service).etcd_versioned() {
+            dep.version.clone()
+        } else {
+            String::new()
         },
         persistence: crate::systems::system(dep.service)
             .persistence(s)

@@ -263,12 +263,6 @@ impl ServiceKind {
             ServiceKind::Redlock => "redlock",
         }
     }
-
-    /// Redis and Redlock: no order of grants a client can read, so the grants are
-    /// numbered by the harness's own observation and resolved after the run.
-    pub fn is_redis(self) -> bool {
-        matches!(self, ServiceKind::Redis | ServiceKind::Redlock)
-    }
 }
 
 impl fmt::Display for ServiceKind {

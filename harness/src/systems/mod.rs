@@ -53,6 +53,17 @@ pub trait System: Sync {
     fn persistence(&self, _s: &Scenario) -> Option<&'static str> {
         None
     }
+    /// Whether its clients read each grant's place in the service's order
+    /// (etcd's CreateRevision, ZooKeeper's czxid); when not (Redis, Redlock), the
+    /// harness orders the grants by what it observed before anything judges.
+    fn numbers_grants_itself(&self) -> bool {
+        true
+    }
+    /// Whether `--etcd <version>` picks its version and the report's
+    /// `etcd_version` is its version (etcd itself; the field predates the rest).
+    fn etcd_versioned(&self) -> bool {
+        false
+    }
     /// `tracing` directives (`,target=level`) for its client crates' logs.
     fn quiet_logs(&self) -> &'static str {
         ""

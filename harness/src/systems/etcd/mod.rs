@@ -42,6 +42,9 @@ impl crate::systems::System for Etcd {
     fn member_name(&self) -> &'static str {
         "etcd"
     }
+    fn etcd_versioned(&self) -> bool {
+        true
+    }
     fn ports(&self) -> Ports {
         members::PORTS
     }

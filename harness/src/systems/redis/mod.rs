@@ -50,6 +50,10 @@ impl crate::systems::System for Redis {
     fn member_name(&self) -> &'static str {
         "redis"
     }
+    fn numbers_grants_itself(&self) -> bool {
+        // A key set with NX carries no order a client can read.
+        false
+    }
     fn ports(&self) -> Ports {
         members::PORTS
     }
