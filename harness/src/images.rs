@@ -8,9 +8,8 @@
 //!   (`-C target-feature=+crt-static`, target x86_64-unknown-linux-gnu) in a target
 //!   directory under fencecheck's cache, so a rebuild is incremental.
 //! - reaper: `fencecheck-reaper`, built the same way (see `reaper/`).
-//! - postgres: Debian's PostgreSQL 15 server, its share directory and the
-//!   libraries they load, with a cluster made by `initdb` at build time (see
-//!   `crate::resources::postgres::image`).
+//! - a fenced resource's own server (`resources::container`): what its
+//!   resource packages, in its folder under `resources/`.
 //!
 //! Every image is tagged by the SHA-256 of what goes into it (the Dockerfile and each
 //! file of the build context with its path and mode): an unchanged binary reuses the
@@ -27,13 +26,11 @@ use sha2::{Digest, Sha256};
 use testcontainers::bollard::query_parameters::BuildImageOptionsBuilder;
 use testcontainers::bollard::Docker;
 
+use crate::resources::container::ContainerStorage;
 use crate::systems::members::Deploy;
 
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
-pub const POSTGRES_DOCKERFILE: &str = include_str!("../../ci/images/postgres.Dockerfile");
-
-pub use crate::resources::postgres::image::{version as postgres_version, PG_DATA, PG_PORT};
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -105,18 +102,17 @@ pub async fn system_image(
     ensure(docker, &tag, name, &ctx, say).await
 }
 
-/// The PostgreSQL image (`fencecheck/postgres:<version>-<hash>`), built when
-/// missing, from Debian's postgresql-15 on this machine.
-pub async fn postgres_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
-    let (version, ctx) = tokio::task::block_in_place(|| -> Result<_> {
-        Ok((
-            postgres_version()?,
-            crate::resources::postgres::image::context()?,
-        ))
-    })
-    .context("cannot package PostgreSQL 15 for an image")?;
-    let tag = format!("fencecheck/postgres:{version}-{}", ctx.hash());
-    ensure(docker, &tag, "postgres", &ctx, say).await
+/// A fenced resource's own server image (`fencecheck/<name>:<version>-<hash>`),
+/// built when missing from the context its resource packages.
+pub async fn resource_image(
+    docker: &Docker,
+    storage: &dyn ContainerStorage,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
+    let (version, ctx) = tokio::task::block_in_place(|| storage.image())?;
+    let name = storage.name();
+    let tag = format!("fencecheck/{name}:{version}-{}", ctx.hash());
+    ensure(docker, &tag, name, &ctx, say).await
 }
 
 /// The storage image, built when missing (the static binary is built, or brought up

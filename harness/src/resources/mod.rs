@@ -13,6 +13,7 @@
 //! over HTTP (`fencecheck.rs`); PostgreSQL is one folder (`postgres/`). A new
 //! resource is a module beside them and one arm in [`resource`] and [`Reach`].
 
+pub mod container;
 pub mod fencecheck;
 pub mod postgres;
 
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::assess::KeyBefore;
 use crate::scenario::{Scenario, ScenarioError, Source, StorageKind};
+use container::ContainerStorage;
 
 #[async_trait::async_trait]
 pub trait FencedResource: Send {
@@ -110,6 +112,14 @@ pub trait Resource: Send + Sync {
         None
     }
 
+    /// On the docker backend, a resource that runs its own server (not
+    /// fencecheck's storage service) says which image and container
+    /// ([`container`]). `None`: the backend runs fencecheck's storage.
+    fn docker_storage(&self, scenario: &Scenario) -> Option<Box<dyn ContainerStorage>> {
+        let _ = scenario;
+        None
+    }
+
     /// On the process backend, a resource that runs its own server (not
     /// fencecheck's storage service) starts it here, ready and with its tables.
     /// `None`: the backend starts fencecheck's storage.
@@ -147,12 +157,18 @@ pub trait StorageServer: Send {
 
 /// The factory: `[storage]` → the harness side of its resource (whose
 /// [`Resource::reach`] gives the worker side). The only match on the storage kind
-/// outside the config (the docker backend still asks the kind which image and
-/// container to start: `backend/docker/`).
+/// outside the config.
 pub fn resource(s: &Scenario) -> Box<dyn Resource> {
     match s.storage.kind {
         StorageKind::Fencecheck => Box::new(fencecheck::Http::ours(s)),
         StorageKind::Http => Box::new(fencecheck::Http::users(s)),
         StorageKind::Postgres => Box::new(postgres::Postgres::new(s)),
     }
+}
+
+/// Every resource's own server image, for `fencecheck images` (each with the
+/// settings a scenario that says nothing more has: an image does not depend on
+/// them).
+pub fn every_container() -> Vec<Box<dyn ContainerStorage>> {
+    vec![Box::<postgres::docker::PgContainer>::default()]
 }

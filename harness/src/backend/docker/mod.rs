@@ -1,5 +1,5 @@
 //! The `docker` backend: the lock service's members (etcd, ZooKeeper, Redis) and
-//! the storage (fencecheck's, or PostgreSQL) as containers, through
+//! the storage (fencecheck's, or a fenced resource's own server) as containers, through
 //! testcontainers (creation with labels, mounts and the network, the wait for a
 //! ready line, pause/unpause, start, removal) and, for what it lacks, its
 //! re-export of bollard (kill with a signal, network connect/disconnect, labelled
@@ -14,8 +14,9 @@
 //! the members (`member.rs`: each system's backend-neutral member spec placed and
 //! realized as a container of its image), and the storage (`storage.rs`): fencecheck's
 //! with the run directory bind-mounted at /out, so `storage.jsonl` is written
-//! straight into it (readable even if the harness is killed), or PostgreSQL with
-//! its data directory on a volume of its own.
+//! straight into it (readable even if the harness is killed), or the server a
+//! resource runs itself (`resources::container`, PostgreSQL) with its data
+//! directory on a volume of its own.
 //!
 //! Faults: pause = `docker pause` (cgroup freezer), kill = `docker kill` (SIGKILL),
 //! restart = `docker start` of the same container (members and the storage alike),
@@ -46,7 +47,7 @@ pub use engine::{engine, Engine, ENGINE_TIMEOUT, PING_TIMEOUT};
 use super::{Deployment, Service};
 use crate::images::{self, Image};
 use crate::proc::free_port;
-use crate::scenario::{Scenario, ServiceKind, StorageKind};
+use crate::scenario::{Scenario, ServiceKind};
 use cleanup::CleanupGuard;
 use container::{Running, StartFailure, HOST};
 use member::Member;
@@ -148,20 +149,20 @@ impl DockerBackend {
             .zip(&at)
             .map(|(spec, p)| member::realize(spec, p, &prefix, &realize))
             .collect::<Result<Vec<_>>>()?;
-        let postgres = scenario.storage.kind == StorageKind::Postgres;
-        let storage_image = if postgres {
-            images::postgres_image(&docker, say).await?
-        } else {
-            images::storage_image(&docker, say).await?
+        // The storage: fencecheck's, or the server the resource runs itself.
+        let own = crate::resources::resource(scenario).docker_storage(scenario);
+        let storage_image = match &own {
+            Some(o) => images::resource_image(&docker, o.as_ref(), say).await?,
+            None => images::storage_image(&docker, say).await?,
         };
         let reaper_image = images::reaper_image(&docker, say).await?;
         let storage_port = free_port(HOST)?;
-        let storage = if postgres {
-            let name = format!("{prefix}-postgres");
-            Storage::postgres(name, &storage_image.tag, scenario, &run_dir, storage_port)
-        } else {
-            let name = format!("{prefix}-storage");
-            Storage::fencecheck(name, &storage_image.tag, scenario, &run_dir, storage_port)
+        let storage = match own {
+            Some(o) => Storage::own(&prefix, &storage_image.tag, o, &run_dir, storage_port),
+            None => {
+                let name = format!("{prefix}-storage");
+                Storage::fencecheck(name, &storage_image.tag, scenario, &run_dir, storage_port)
+            }
         };
         let mut backend = DockerBackend {
             docker: docker.clone(),
@@ -203,10 +204,7 @@ impl DockerBackend {
             peer_network: &backend.peer_network,
             images: [
                 (service.as_str(), &service_image),
-                (
-                    if postgres { "postgres" } else { "storage" },
-                    &storage_image,
-                ),
+                (backend.storage.spec.role, &storage_image),
                 ("reaper", &reaper_image),
             ]
             .into(),
@@ -226,10 +224,9 @@ impl DockerBackend {
         say(&format!(
             "starting {n} {service} {version} container(s) and {} container \
              (run {run_id}, network {prefix}-peers)",
-            if postgres {
-                "a PostgreSQL"
-            } else {
-                "the storage"
+            match &backend.storage.kind {
+                storage::Kind::Fencecheck => "the storage".to_string(),
+                storage::Kind::Own(o) => format!("a {}", o.what()),
             }
         ));
         match backend.start_all(scenario, &run_dir).await {
@@ -537,12 +534,14 @@ pub async fn build_images(versions: &[crate::scenario::EtcdVersion]) -> Result<V
     lines.push(show("storage", &i));
     let i = images::reaper_image(&e.docker, &say).await?;
     lines.push(show("reaper", &i));
-    match images::postgres_version() {
-        Ok(_) => {
-            let i = images::postgres_image(&e.docker, &say).await?;
-            lines.push(show("postgres", &i));
+    for own in crate::resources::every_container() {
+        // Not installed here: skipped, as a lock system's image is.
+        if let Err(e) = tokio::task::block_in_place(|| own.image()) {
+            lines.push(format!("{} (skipped: {e:#})", own.name()));
+            continue;
         }
-        Err(e) => lines.push(format!("postgres (skipped: {e:#})")),
+        let i = images::resource_image(&e.docker, own.as_ref(), &say).await?;
+        lines.push(show(own.name(), &i));
     }
     Ok(lines)
 }

@@ -1,17 +1,19 @@
-//! The run's storage container: fencecheck's storage service, or PostgreSQL when
-//! `[storage] kind = "postgres"`. It runs on the engine's default bridge with its
-//! port published on 127.0.0.1 (fixed when the run starts, so a restart keeps the
-//! address the workers' proxies lead to).
+//! The run's storage container: fencecheck's storage service, or the server a
+//! fenced resource runs itself (`crate::resources::container`: PostgreSQL). It
+//! runs on the engine's default bridge with its port published on 127.0.0.1
+//! (fixed when the run starts, so a restart keeps the address the workers'
+//! proxies lead to).
 //!
-//! Faults: pause = `docker pause` (the cgroup freezer: PostgreSQL's postmaster and
-//! every backend at once, as the process backend's SIGSTOP of its group); kill =
-//! SIGKILL of the container's first process (for PostgreSQL the postmaster: the
-//! kernel then kills every backend of its pid namespace, a crash of the whole
-//! server); restart = `docker start` of the same container, which keeps its
-//! filesystem and mounts. fencecheck's storage rebuilds its state from its log
-//! (`storage.jsonl`, in the bind-mounted run directory); PostgreSQL replays its
-//! WAL from its data volume (crash recovery), and takes its own stale
-//! `postmaster.pid` for what it is, since the pid in it is its own again.
+//! Faults: pause = `docker pause` (the cgroup freezer: a server's every process
+//! at once, as the process backend's SIGSTOP of its group); kill = SIGKILL of
+//! the container's first process (for a server with worker processes, its
+//! parent: the kernel then kills every process of its pid namespace, a crash of
+//! the whole server); restart = `docker start` of the same container, which
+//! keeps its filesystem and mounts. fencecheck's storage rebuilds its state from
+//! its log (`storage.jsonl`, in the bind-mounted run directory); a resource's
+//! server recovers from its data volume (PostgreSQL replays its WAL, and takes
+//! its own stale `postmaster.pid` for what it is, since the pid in it is its own
+//! again).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,17 +25,16 @@ use testcontainers::bollard::Docker;
 use super::cleanup::{tracked, InFlight};
 use super::container::{self, ContainerSpec, MountSpec, Running, StartFailure, READY_DEADLINE};
 use super::network;
-use crate::resources::postgres::docker as pg;
+use crate::resources::container::ContainerStorage;
 use crate::scenario::Scenario;
 
 const STORAGE_PORT: u16 = 7000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     /// fencecheck's storage service.
     Fencecheck,
-    /// PostgreSQL, with this many keys in its `kv` table.
-    Postgres { keys: u32 },
+    /// A fenced resource's own server.
+    Own(Box<dyn ContainerStorage>),
 }
 
 pub(super) struct Storage {
@@ -98,19 +99,37 @@ impl Storage {
         )
     }
 
-    /// PostgreSQL (`crate::resources::postgres::docker`).
-    pub(super) fn postgres(
-        name: String,
+    /// A resource's own server, `<prefix>-<name>` from `image`, on a data volume
+    /// of its own.
+    pub(super) fn own(
+        prefix: &str,
         image: &str,
-        scenario: &Scenario,
+        own: Box<dyn ContainerStorage>,
         run_dir: &Path,
         port: u16,
     ) -> Storage {
-        let (spec, volume, log) = pg::container(name, image, scenario, run_dir, port);
-        let kind = Kind::Postgres {
-            keys: scenario.workload.keys,
+        let s = own.spec();
+        let name = format!("{prefix}-{}", own.name());
+        let volume = format!("{name}-data");
+        let spec = ContainerSpec {
+            name,
+            image: image.to_string(),
+            role: own.name(),
+            cmd: s.args,
+            env: Vec::new(),
+            network: None,
+            ports: vec![(s.port, port)],
+            mounts: vec![MountSpec::Volume {
+                name: volume.clone(),
+                target: s.data_dir.into(),
+            }],
+            // The image's own user.
+            user: None,
+            ready_line: s.ready_line,
+            auto_remove: false,
         };
-        Storage::new(spec, kind, Some(volume), port, log)
+        let log = run_dir.join(s.log);
+        Storage::new(spec, Kind::Own(own), Some(volume), port, log)
     }
 
     fn new(
@@ -135,11 +154,11 @@ impl Storage {
         &self.spec.name
     }
 
-    /// "the storage" or "PostgreSQL", for messages.
+    /// "the storage" or the resource's server ("PostgreSQL"), for messages.
     pub(super) fn what(&self) -> &'static str {
-        match self.kind {
+        match &self.kind {
             Kind::Fencecheck => "the storage",
-            Kind::Postgres { .. } => "PostgreSQL",
+            Kind::Own(o) => o.what(),
         }
     }
 
@@ -165,7 +184,8 @@ impl Storage {
         run_id: &str,
     ) -> Result<(), StartFailure> {
         if let Some(v) = &self.volume {
-            network::create_volume(d, inflight, run_id, v, "postgres-data")
+            let role = format!("{}-data", self.spec.role);
+            network::create_volume(d, inflight, run_id, v, &role)
                 .await
                 .map_err(|error| StartFailure {
                     error,
@@ -177,41 +197,42 @@ impl Storage {
         Ok(())
     }
 
-    /// Waits until it answers (fencecheck's storage: `/health`; PostgreSQL:
-    /// `SELECT 1`), failing at once if the container exits.
+    /// Waits until it answers (fencecheck's storage: `/health`; a resource's
+    /// server: its own probe, PostgreSQL's `SELECT 1`), failing at once if the
+    /// container exits.
     pub(super) async fn wait_ready(&self, d: &Docker) -> Result<()> {
         let c = self.container()?;
-        match self.kind {
+        let own = match &self.kind {
             Kind::Fencecheck => {
-                container::wait_healthy(d, self.name(), c, self.addr, "/health").await
+                return container::wait_healthy(d, self.name(), c, self.addr, "/health").await
             }
-            Kind::Postgres { .. } => {
-                let end = tokio::time::Instant::now() + READY_DEADLINE;
-                let addr = self.addr.to_string();
-                loop {
-                    let round = tokio::time::Instant::now() + Duration::from_secs(2);
-                    if pg::answers(&addr, round.min(end)).await {
-                        return Ok(());
-                    }
-                    container::fail_if_exited(d, self.name(), c).await?;
-                    if tokio::time::Instant::now() >= end {
-                        bail!(
-                            "PostgreSQL in {} does not answer at {addr} after {}",
-                            self.name(),
-                            humantime::format_duration(READY_DEADLINE)
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            Kind::Own(o) => o,
+        };
+        let end = tokio::time::Instant::now() + READY_DEADLINE;
+        loop {
+            let round = tokio::time::Instant::now() + Duration::from_secs(2);
+            if own.answers(self.addr, round.min(end)).await {
+                return Ok(());
             }
+            container::fail_if_exited(d, self.name(), c).await?;
+            if tokio::time::Instant::now() >= end {
+                bail!(
+                    "{} in {} does not answer at {} after {}",
+                    own.what(),
+                    self.name(),
+                    self.addr,
+                    humantime::format_duration(READY_DEADLINE)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    /// Once it first answers: PostgreSQL's tables.
+    /// Once it first answers: what a resource's server needs (its tables).
     pub(super) async fn prepare(&self) -> Result<()> {
-        match self.kind {
+        match &self.kind {
             Kind::Fencecheck => Ok(()),
-            Kind::Postgres { keys } => pg::create_schema(self.addr, keys).await,
+            Kind::Own(o) => o.prepare(self.addr).await,
         }
     }
 

@@ -1,50 +1,72 @@
 //! PostgreSQL's container on the docker backend (the backend's `storage.rs` runs
-//! it like any storage container): the process backend's settings, its data
+//! it like any resource's own server): the process backend's settings, its data
 //! directory on the volume `<name>-data` (filled by the engine from the image's
 //! fresh cluster), its output saved as `postgres.log`.
 
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
 
-use crate::backend::docker::container::{ContainerSpec, MountSpec};
-use crate::scenario::Scenario;
+use anyhow::{Context, Result};
 
 use super::image::{PG_DATA, PG_PORT};
-pub use super::server::{answers, create_schema};
+use crate::images::BuildContext;
+use crate::resources::container::{ContainerStorage, StorageSpec};
+use crate::scenario::{Scenario, SyncCommit};
 
 /// PostgreSQL prints this once it serves, after a crash recovery too.
 const READY_LINE: &str = "database system is ready to accept connections";
 
-/// The container `name` from `image`, published on the host's `port`; with its
-/// data volume's name and where its output goes.
-pub(crate) fn container(
-    name: String,
-    image: &str,
-    scenario: &Scenario,
-    run_dir: &Path,
-    port: u16,
-) -> (ContainerSpec, String, PathBuf) {
-    let volume = format!("{name}-data");
-    let sync = scenario.storage.synchronous_commit.unwrap_or_default();
-    let cmd = super::server::settings("*", sync)
-        .into_iter()
-        .flat_map(|s| ["-c".to_string(), s])
-        .collect();
-    let spec = ContainerSpec {
-        name,
-        image: image.to_string(),
-        role: "postgres",
-        cmd,
-        env: Vec::new(),
-        network: None,
-        ports: vec![(PG_PORT, port)],
-        mounts: vec![MountSpec::Volume {
-            name: volume.clone(),
-            target: PG_DATA.into(),
-        }],
-        // The image's `postgres` user.
-        user: None,
-        ready_line: READY_LINE,
-        auto_remove: false,
-    };
-    (spec, volume, run_dir.join(super::server::LOG))
+/// PostgreSQL as a container: the scenario's settings it runs with.
+#[derive(Default)]
+pub struct PgContainer {
+    sync: SyncCommit,
+    /// The rows of its `kv` table (one per workload key).
+    keys: u32,
+}
+
+impl PgContainer {
+    pub fn new(s: &Scenario) -> PgContainer {
+        PgContainer {
+            sync: s.storage.synchronous_commit.unwrap_or_default(),
+            keys: s.workload.keys,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ContainerStorage for PgContainer {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn what(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
+    /// Debian's postgresql-15 on this machine.
+    fn image(&self) -> Result<(String, BuildContext)> {
+        let version = super::image::version()?;
+        let ctx = super::image::context().context("cannot package PostgreSQL 15 for an image")?;
+        Ok((version, ctx))
+    }
+
+    fn spec(&self) -> StorageSpec {
+        StorageSpec {
+            args: super::server::settings("*", self.sync)
+                .into_iter()
+                .flat_map(|s| ["-c".to_string(), s])
+                .collect(),
+            port: PG_PORT,
+            data_dir: PG_DATA,
+            ready_line: READY_LINE,
+            log: super::server::LOG,
+        }
+    }
+
+    async fn answers(&self, addr: SocketAddr, end: tokio::time::Instant) -> bool {
+        super::server::answers(&addr.to_string(), end).await
+    }
+
+    async fn prepare(&self, addr: SocketAddr) -> Result<()> {
+        super::server::create_schema(addr, self.keys).await
+    }
 }

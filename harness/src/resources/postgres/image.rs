@@ -25,9 +25,10 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::images::{
-    add_file, shared_libraries, sorted_entries, BuildContext, POSTGRES_DOCKERFILE,
-};
+use crate::images::{add_file, shared_libraries, sorted_entries, BuildContext};
+
+/// The image's Dockerfile; the build context is assembled by [`context`].
+pub const POSTGRES_DOCKERFILE: &str = include_str!("../../../../ci/images/postgres.Dockerfile");
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PKGLIB: &str = "/usr/lib/postgresql/15/lib";

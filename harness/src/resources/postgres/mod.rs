@@ -21,6 +21,7 @@ pub use server::PgServer;
 
 use anyhow::Result;
 
+use super::container::ContainerStorage;
 use super::{Reach, Resource, StorageServer};
 use crate::record::rundir;
 use crate::scenario::{Fencing, Isolation, Scenario, SyncCommit};
@@ -58,6 +59,10 @@ impl Resource for Postgres {
             fencing: self.fencing,
             isolation: self.isolation,
         })
+    }
+
+    fn docker_storage(&self, s: &Scenario) -> Option<Box<dyn ContainerStorage>> {
+        Some(Box::new(docker::PgContainer::new(s)))
     }
 
     async fn process_server(
