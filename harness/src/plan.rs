@@ -71,6 +71,24 @@ pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
     Ok(())
 }
 
+/// For each system's own tests (in its folder): each case is
+/// (backend, kind, target, None = available / Some(a word of why not)).
+#[cfg(test)]
+pub(crate) fn assert_available(
+    service: ServiceKind,
+    cases: &[(BackendKind, FaultKind, &str, Option<&str>)],
+) {
+    for &(backend, kind, target, why_not) in cases {
+        let t = Target::try_from(target.to_string()).expect("target");
+        let got = available(service, backend, kind, t);
+        match (why_not, &got) {
+            (None, Availability::Yes) => {}
+            (Some(word), Availability::No(why)) if why.contains(word) => {}
+            _ => panic!("{service} {backend:?} {kind} {target}: {got:?}, expected {why_not:?}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,68 +114,5 @@ mod tests {
         assert_eq!(e.line, Some(6), "{e}");
         assert!(e.message.starts_with("fault #1 (delay): "), "{e}");
         assert!(e.message.contains("peer proxies"), "{e}");
-    }
-
-    #[test]
-    fn each_kind_is_available_where_the_system_and_the_backend_declare_it() {
-        use BackendKind::{Auto, Docker, Process};
-        use FaultKind::*;
-        use ServiceKind::{Etcd, Redis, Redlock, Zookeeper};
-        let t = |s: &str| Target::try_from(s.to_string()).expect("target");
-        // (service, backend, kind, target, None = available / Some(a word of why not))
-        let cases = [
-            (Etcd, Docker, Pause, "leader", None),
-            (Etcd, Docker, Kill, "storage", None),
-            (Etcd, Process, RevokeLease, "holder", None),
-            (Etcd, Process, Delay, "leader", None),
-            (Etcd, Auto, Delay, "leader", None),
-            (Etcd, Docker, Delay, "leader", Some("peer proxies")),
-            (Etcd, Docker, Delay, "workers->service", None),
-            (Etcd, Docker, Partition, "etcd-majority-minority", None),
-            (Etcd, Process, ClockJump, "member:0", Some("clockshim")),
-            (
-                Zookeeper,
-                Process,
-                RevokeLease,
-                "holder",
-                Some("expire-session"),
-            ),
-            (Zookeeper, Process, ExpireSession, "holder", None),
-            (
-                Zookeeper,
-                Process,
-                Partition,
-                "etcd-majority-minority",
-                Some("etcd's"),
-            ),
-            (Zookeeper, Process, Pause, "leader", None),
-            (Redlock, Process, Pause, "leader", Some("no leader")),
-            (
-                Redlock,
-                Process,
-                Partition,
-                "member:0",
-                Some("no peer links"),
-            ),
-            (Redis, Docker, Delay, "member:0", Some("no peer links")),
-            (Redis, Process, Delay, "holder->service", None),
-            (Redis, Process, ClockJump, "member:0", None),
-            (Redis, Auto, ClockJump, "member:0", None),
-            (
-                Redis,
-                Docker,
-                ClockJump,
-                "member:0",
-                Some("process backend only"),
-            ),
-        ];
-        for (svc, backend, kind, target, why_not) in cases {
-            let got = available(svc, backend, kind, t(target));
-            match (why_not, &got) {
-                (None, Availability::Yes) => {}
-                (Some(word), Availability::No(why)) if why.contains(word) => {}
-                _ => panic!("{svc} {backend:?} {kind} {target}: {got:?}, expected {why_not:?}"),
-            }
-        }
     }
 }

@@ -24,15 +24,15 @@ use crate::scenario::FaultKind;
 pub fn available(a: &Ask) -> Result<(), String> {
     if !a.system.clock_jump {
         return Err(format!(
-            "clock-jump steps a Redis instance's wall clock (clockshim under \
-             redis-server); {} is not available for it",
+            "clock-jump steps a member's wall clock (clockshim under it), for a \
+             system whose leases expire by that clock; {} is not available for it",
             a.service
         ));
     }
     if !a.backend.step_clocks {
         return Err(
             "clock-jump is done on the process backend only (clockshim is preloaded \
-             into redis-server processes); use backend = \"process\""
+             into the members' processes); use backend = \"process\""
                 .into(),
         );
     }

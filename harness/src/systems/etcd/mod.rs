@@ -79,3 +79,30 @@ impl crate::systems::System for Etcd {
         Box::new(external::EtcdOwners::new(cfg))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::assert_available;
+    use crate::scenario::BackendKind::{Auto, Docker, Process};
+    use crate::scenario::FaultKind::*;
+    use crate::scenario::ServiceKind;
+
+    /// Each fault kind is available where etcd and the backend declare it.
+    #[test]
+    fn its_faults_are_available_where_it_and_the_backend_declare_them() {
+        assert_available(
+            ServiceKind::Etcd,
+            &[
+                (Docker, Pause, "leader", None),
+                (Docker, Kill, "storage", None),
+                (Process, RevokeLease, "holder", None),
+                (Process, Delay, "leader", None),
+                (Auto, Delay, "leader", None),
+                (Docker, Delay, "leader", Some("peer proxies")),
+                (Docker, Delay, "workers->service", None),
+                (Docker, Partition, "etcd-majority-minority", None),
+                (Process, ClockJump, "member:0", Some("clockshim")),
+            ],
+        );
+    }
+}

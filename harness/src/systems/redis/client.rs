@@ -34,7 +34,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::scenario::{ServiceKind, TokenMode};
+use crate::scenario::TokenMode;
 use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
 
 /// Prefix of every lock key: `fencecheck:lock:<name>`.
@@ -138,7 +138,8 @@ pub struct RedisClient {
 }
 
 impl RedisClient {
-    pub async fn connect(cfg: &ClientConfig) -> Result<RedisClient> {
+    /// `redlock`: the registry's word for which of the two this is.
+    pub async fn connect(cfg: &ClientConfig, redlock: bool) -> Result<RedisClient> {
         if cfg.endpoints.is_empty() {
             bail!("no Redis endpoints");
         }
@@ -146,9 +147,8 @@ impl RedisClient {
         Ok(RedisClient {
             endpoints: cfg.endpoints.clone(),
             cons: vec![None; cfg.endpoints.len()],
-            redlock: cfg.service == ServiceKind::Redlock,
-            counter_on_first: cfg.service == ServiceKind::Redlock
-                && cfg.token == TokenMode::Counter,
+            redlock,
+            counter_on_first: redlock && cfg.token == TokenMode::Counter,
             ttl: cfg.ttl,
             worker: cfg.worker,
             session: 0,

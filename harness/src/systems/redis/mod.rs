@@ -75,19 +75,52 @@ impl crate::systems::System for Redis {
         clients: &[SocketAddr],
     ) -> Result<Arc<dyn LockService>> {
         Ok(Arc::new(
-            service::RedisService::connect(kind, clients).await?,
+            service::RedisService::connect(kind, self.redlock, clients).await?,
         ))
     }
     async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()> {
         service::wait_ready(what, client, deadline).await
     }
     async fn client(&self, cfg: &ClientConfig) -> Result<Box<dyn LockClient>> {
-        Ok(Box::new(client::RedisClient::connect(cfg).await?))
+        Ok(Box::new(
+            client::RedisClient::connect(cfg, self.redlock).await?,
+        ))
     }
     fn external_owners(
         &self,
         _cfg: &ClientConfig,
     ) -> Box<dyn crate::systems::external::owner::Owners> {
         Box::new(external::RedisOwners)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::assert_available;
+    use crate::scenario::BackendKind::{Auto, Docker, Process};
+    use crate::scenario::FaultKind::*;
+    use crate::scenario::ServiceKind;
+
+    /// Each fault kind is available where Redis (or Redlock) and the backend
+    /// declare it.
+    #[test]
+    fn its_faults_are_available_where_it_and_the_backend_declare_them() {
+        assert_available(
+            ServiceKind::Redlock,
+            &[
+                (Process, Pause, "leader", Some("no leader")),
+                (Process, Partition, "member:0", Some("no peer links")),
+            ],
+        );
+        assert_available(
+            ServiceKind::Redis,
+            &[
+                (Docker, Delay, "member:0", Some("no peer links")),
+                (Process, Delay, "holder->service", None),
+                (Process, ClockJump, "member:0", None),
+                (Auto, ClockJump, "member:0", None),
+                (Docker, ClockJump, "member:0", Some("process backend only")),
+            ],
+        );
     }
 }

@@ -69,14 +69,21 @@ pub async fn wait_ready(what: &str, client: SocketAddr, deadline: Duration) -> R
 /// workers' proxies), opened again after an error.
 pub struct RedisService {
     kind: ServiceKind,
+    /// Redlock's independent masters (the registry's word), not one instance.
+    redlock: bool,
     clients: Vec<SocketAddr>,
     cons: Mutex<Vec<Option<MultiplexedConnection>>>,
 }
 
 impl RedisService {
-    pub async fn connect(kind: ServiceKind, clients: &[SocketAddr]) -> Result<RedisService> {
+    pub async fn connect(
+        kind: ServiceKind,
+        redlock: bool,
+        clients: &[SocketAddr],
+    ) -> Result<RedisService> {
         let svc = RedisService {
             kind,
+            redlock,
             clients: clients.to_vec(),
             cons: Mutex::new(vec![None; clients.len()]),
         };
@@ -197,10 +204,11 @@ impl LockService for RedisService {
     }
 
     async fn leader(&self) -> Result<usize> {
-        match self.kind {
-            ServiceKind::Redis => Ok(0),
-            _ => bail!("Redlock's masters are independent: there is no leader"),
+        if self.redlock {
+            bail!("Redlock's masters are independent: there is no leader");
         }
+        // One instance is its own leader.
+        Ok(0)
     }
 
     async fn expire_session(&self, session: i64) -> Result<serde_json::Value> {

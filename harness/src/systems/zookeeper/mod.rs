@@ -76,3 +76,25 @@ impl crate::systems::System for Zookeeper {
         Box::new(external::ZkOwners::new(cfg))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::assert_available;
+    use crate::scenario::BackendKind::Process;
+    use crate::scenario::FaultKind::*;
+    use crate::scenario::ServiceKind;
+
+    /// Each fault kind is available where ZooKeeper and the backend declare it.
+    #[test]
+    fn its_faults_are_available_where_it_and_the_backend_declare_them() {
+        assert_available(
+            ServiceKind::Zookeeper,
+            &[
+                (Process, RevokeLease, "holder", Some("expire-session")),
+                (Process, ExpireSession, "holder", None),
+                (Process, Partition, "etcd-majority-minority", Some("etcd's")),
+                (Process, Pause, "leader", None),
+            ],
+        );
+    }
+}
