@@ -209,10 +209,12 @@ impl Backend {
     /// Cuts members off from the others (`on`) or lets them back. The process
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.
-    /// The clock-offset file clockshim reads under member `i` (clock-jump).
-    pub fn clock_file(&self, i: usize) -> Result<std::path::PathBuf> {
+    /// Steps member `i`'s wall clock forward by `by` (clock-jump); returns its
+    /// offset before and after, in ns. How is the backend's own business (the
+    /// process backend: clockshim's offset file under the member).
+    pub fn step_clock(&self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
         match self {
-            Backend::Process(b) => b.clock_file(i),
+            Backend::Process(b) => b.step_clock(i, by),
             Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
         }
     }

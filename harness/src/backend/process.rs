@@ -268,13 +268,19 @@ impl ProcessBackend {
         Ok(())
     }
 
-    /// The clock-offset file member `i` was started with (clockshim's
-    /// `CLOCKSHIM_OFFSET_FILE`), if it was.
-    pub fn clock_file(&self, i: usize) -> Result<PathBuf> {
+    /// Steps member `i`'s clock by `by` through the clockshim offset file it was
+    /// started with (`CLOCKSHIM_OFFSET_FILE`); returns the offset before and
+    /// after (ns).
+    pub fn step_clock(&self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
         let m = self.members.get(i).context("no such member")?;
-        m.clock_file
-            .clone()
-            .context("this member runs without clockshim: its clock cannot be stepped")
+        let file = m
+            .clock_file
+            .as_ref()
+            .context("this member runs without clockshim: its clock cannot be stepped")?;
+        let old = read_offset(file);
+        let new = old.saturating_add(i64::try_from(by.as_nanos()).unwrap_or(i64::MAX));
+        write_offset(file, new)?;
+        Ok((old, new))
     }
 
     /// SIGKILLs member `i` (its data stays).
@@ -444,4 +450,20 @@ impl StorageSpec {
         cmd.args(&self.args);
         spawn("storage", cmd, &self.log)
     }
+}
+
+/// clockshim's offset now (0 when its file holds nothing readable).
+fn read_offset(path: &Path) -> i64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes clockshim's offset whole: a rename, so it never reads half a number.
+fn write_offset(path: &Path, ns: i64) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{ns}\n"))
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }

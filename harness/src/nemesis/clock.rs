@@ -1,6 +1,7 @@
-//! `clock-jump`: steps a Redis instance's wall clock forward by `by`. The instance
-//! runs under clockshim (`clockshim/`), which adds the nanoseconds written in the
-//! member's offset file to every wall-clock read; Redis stamps and checks key
+//! `clock-jump`: steps a Redis instance's wall clock forward by `by`, through the
+//! backend (`Backend::step_clock`; the process backend runs the instance under
+//! clockshim, `clockshim/`, which adds the nanoseconds in the member's offset
+//! file to every wall-clock read); Redis stamps and checks key
 //! expiry with that clock (`mstime()` → `gettimeofday`), so every key set before
 //! the step expires `by` early. The step is confirmed through the instance itself
 //! (its `TIME` must have moved forward by about `by`), never assumed.
@@ -10,10 +11,9 @@
 //! which keys set before the step could expire early, so an overlap it caused
 //! falls inside it.
 
-use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use super::{Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
@@ -43,29 +43,10 @@ pub fn available(a: &Ask) -> Result<(), String> {
 /// again at most once a millisecond).
 const CONFIRM: Duration = Duration::from_secs(2);
 
-/// The offset in the file now (0 when it holds nothing readable).
-fn read_offset(path: &Path) -> i64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Writes the offset whole: a rename, so clockshim never reads half a number.
-fn write_offset(path: &Path, ns: i64) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{ns}\n"))
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
-}
-
 /// Steps member `m` by `by`; returns what was done and seen.
 async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> {
-    let file = n.world.backend.lock().await.clock_file(m)?;
     let before_us = n.world.service.member_time_us(m).await?;
-    let old = read_offset(&file);
-    let new = old.saturating_add(by.as_nanos() as i64);
-    write_offset(&file, new)?;
+    let (old, new) = n.world.backend.lock().await.step_clock(m, by)?;
     let t0 = tokio::time::Instant::now();
     // The instance's clock must show at least the step, less a little for the
     // time two TIME calls apart cannot account for.
