@@ -108,6 +108,9 @@ k8s_add_deb_src() {
     [ -z "$signed" ] || echo "Signed-By: $signed"
   } >"$k8s_srclist"
   apt-get update -qq >/dev/null || die "apt-get update failed after adding $k8s_srclist"
+  # Updated just now: an apt_install after this (bootstrap's, or ours) need not again.
+  APT_UPDATED=1
+  k8s_apt_updated=1
 }
 
 k8s_fetch_source() {
