@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Proves kube-apiserver 1.20.2 (built by ci/kubernetes.sh) runs over fencecheck's etcd
 # 3.4.23 (Debian's /usr/bin/etcd, installed by ci/bootstrap.sh) with the flags the
-# `kubernetes` lock system will use: etcd on a free loopback port, per-run TLS (a
-# self-signed serving cert for IP:127.0.0.1), a static token in group system:masters, a
+# `kubernetes` lock system will use: etcd on a free loopback port, per-run TLS (a CA and
+# the serving cert it signs for IP:127.0.0.1), a static token in group system:masters, a
 # service-account key; then waits for /readyz (polled, with a deadline), creates a Lease
 # in `default` and reads it back. Everything lives in one temp dir, removed on exit with
 # both processes.
@@ -64,10 +64,18 @@ t0=$(ms)
   --initial-cluster "smoke=http://127.0.0.1:$PEER_PORT" >"$DIR/etcd.log" 2>&1 &
 ETCD_PID=$!
 
-# Per-run TLS: one self-signed cert serves and is its own CA for the clients.
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=127.0.0.1" \
-  -addext "subjectAltName=IP:127.0.0.1" -keyout "$DIR/serving.key" -out "$DIR/serving.crt" \
-  >/dev/null 2>&1 || die "openssl could not make the serving cert"
+# Per-run TLS: a CA of the run's own, and the serving cert it signs. Not one self-signed
+# cert serving as its own CA: curl and Go accept that, but rustls (webpki) refuses a
+# serving cert that is a CA (CaUsedAsEndEntity), and the harness's client is rustls.
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=fencecheck-run-ca" \
+  -keyout "$DIR/ca.key" -out "$DIR/ca.crt" >/dev/null 2>&1 || die "openssl could not make the CA"
+openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+  -keyout "$DIR/serving.key" -out "$DIR/serving.csr" >/dev/null 2>&1 || die "openssl could not make the serving key"
+printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+  "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1" >"$DIR/serving.ext"
+openssl x509 -req -in "$DIR/serving.csr" -CA "$DIR/ca.crt" -CAkey "$DIR/ca.key" -CAcreateserial \
+  -days 1 -extfile "$DIR/serving.ext" -out "$DIR/serving.crt" >/dev/null 2>&1 ||
+  die "openssl could not sign the serving cert"
 openssl genrsa -out "$DIR/sa.key" 2048 >/dev/null 2>&1 || die "openssl could not make the service-account key"
 TOKEN="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 echo "$TOKEN,fencecheck,fencecheck,system:masters" >"$DIR/tokens.csv"
@@ -96,7 +104,7 @@ t1=$(ms)
 API_PID=$!
 
 API="https://127.0.0.1:$API_PORT"
-kcurl() { curl -fsS --cacert "$DIR/serving.crt" -H "Authorization: Bearer $TOKEN" "$@"; }
+kcurl() { curl -fsS --cacert "$DIR/ca.crt" -H "Authorization: Bearer $TOKEN" "$@"; }
 deadline=$(($(ms) + READY_DEADLINE_S * 1000))
 until [ "$(kcurl "$API/readyz" 2>/dev/null)" = "ok" ]; do
   kill -0 "$API_PID" 2>/dev/null || die "kube-apiserver exited (log: $DIR/apiserver.log)"
@@ -121,7 +129,7 @@ PY
 say "smoke ok: $(($(ms) - t0)) ms in all"
 
 if [ "${HOLD:-0}" = 1 ]; then
-  printf 'KUBE_ENDPOINT=%s\nKUBE_TOKEN=%s\nKUBE_CA=%s\n' "$API" "$TOKEN" "$DIR/serving.crt" >"$DIR/env"
+  printf 'KUBE_ENDPOINT=%s\nKUBE_TOKEN=%s\nKUBE_CA=%s\n' "$API" "$TOKEN" "$DIR/ca.crt" >"$DIR/env"
   say "holding: $DIR/env; stop with Ctrl-C or kill $$"
   wait "$API_PID"
 fi
