@@ -118,7 +118,8 @@ k8s_fetch_source() {
   mkdir -p "$dl"
   command -v dpkg-source >/dev/null 2>&1 || apt_install dpkg-dev
   if ! ls "$dl"/kubernetes_*.orig.tar.* >/dev/null 2>&1; then
-    apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Package: kubernetes$' || k8s_add_deb_src
+    # prints, not `| grep -q`: under pipefail grep's early exit can fail the pipe.
+    prints '^Package: kubernetes$' apt-cache showsrc kubernetes || k8s_add_deb_src
     (cd "$dl" && k8s_timed "apt-get source --download-only kubernetes" \
       apt-get source --download-only -qq kubernetes) ||
       die "apt-get source --download-only kubernetes failed (is $k8s_srclist's archive reachable?)"
@@ -127,7 +128,8 @@ k8s_fetch_source() {
   # printing of long strings, CVE-2021-25743: escape sequences in kubectl output) touch
   # no code kube-apiserver or client-go's leader election run, so the tree is used as
   # upstream ships it.
-  orig="$(ls "$dl"/kubernetes_*.orig.tar.* | head -1)"
+  local origs=("$dl"/kubernetes_*.orig.tar.*)
+  orig="${origs[0]}"
   say "unpacking $orig -> $k8s_src"
   rm -rf "$k8s_src.tmp"
   mkdir -p "$k8s_src.tmp"
