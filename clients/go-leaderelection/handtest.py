@@ -10,14 +10,17 @@ Each round: the holder leads; the other waits and is not answered; the holder is
 (SIGSTOP, as the harness pauses a worker) until the other is granted, then woken; it must
 report session-lost; the new holder's grant must carry a larger resourceVersion and
 leaseTransitions + 1, and be the Lease's holder in the apiserver. The woken one opens
-again and waits: the roles swap. Last, a release hands over at once (not after the
-lease duration). Exits 1 on the first thing that does not hold; kills what it starts.
+again and waits: the roles swap. Then as many rounds of a partition: the holder's own
+proxy to the apiserver drops everything until the holder reports session-lost and the
+other is granted (which comes first, and the gap, is measured). Last, a release hands
+over at once (not after the lease duration). Exits 1 on the first thing that does not hold; kills what it starts.
 """
 import json
 import os
 import queue
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -112,6 +115,38 @@ class Adapter:
         self.p.wait()
 
 
+class Proxy:
+    """A TCP proxy in front of the apiserver for one adapter; cut() makes it a black hole
+    (connections stay open, bytes are dropped both ways), as a partition does."""
+
+    def __init__(self, upstream):
+        self.upstream = upstream
+        self.cut_now = False
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            c, _ = self.srv.accept()
+            u = socket.create_connection(self.upstream)
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a, b):
+        try:
+            while data := a.recv(65536):
+                if not self.cut_now:
+                    b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 def start_apiserver():
     """HOLD=1 ci/kube-apiserver-smoke.sh in its own process group; returns (Popen, env)."""
     log = open(os.path.join(TMP, "smoke.log"), "w+")
@@ -151,12 +186,16 @@ def main():
     procs = []
     try:
         ep = env["KUBE_ENDPOINT"].removeprefix("https://")
-        opened = dict(service="kubernetes", endpoints=[ep], ttl_ms=ttl_ms,
+        host, port = ep.rsplit(":", 1)
+        opened = dict(service="kubernetes", ttl_ms=ttl_ms,
                       bearer_token=env["KUBE_TOKEN"], ca_file=env["KUBE_CA"])
         a, b = Adapter("A"), Adapter("B")
         procs += [a, b]
-        a.call("open", **opened)
-        b.call("open", **opened)
+        # Each through its own proxy (the certificate is for 127.0.0.1, the proxy's too).
+        for x in (a, b):
+            x.proxy = Proxy((host, int(port)))
+            x.opened = dict(opened, endpoints=[x.proxy.addr])
+            x.call("open", **x.opened)
         holder, waiter = a, b
         grant, _ = holder.call("acquire", lock=LOCK)
         rows = []
@@ -188,7 +227,26 @@ def main():
             print("round {round}: frozen {stopped_to_grant:.2f} s until the other was granted; "
                   "old leader told it lost {grant_to_lost:.2f} s after the new grant, "
                   "{woken_to_lost:.2f} s after it woke".format(**row))
-            holder.call("open", **opened)
+            holder.call("open", **holder.opened)
+            holder, waiter, grant = waiter, holder, g2
+        # A partition of the holder from the apiserver: it stops leading by its own renew
+        # deadline, the other starts after the lease duration; measured, not assumed.
+        gaps = []
+        for r in range(rounds):
+            rid = waiter.send("acquire", lock=LOCK)
+            time.sleep(ttl_ms / 1000)
+            holder.proxy.cut_now = True
+            t_cut = time.monotonic()
+            ev, t_lost = holder.wait_event(30)
+            g2, t_grant = waiter.answer(rid, 30)
+            if ev.get("event") != "session-lost" or not g2.get("ok"):
+                fail(f"partition: {holder.name} {ev}, {waiter.name} {g2}")
+            holder.proxy.cut_now = False
+            gaps.append(t_grant - t_lost)
+            print(f"partition {r}: {holder.name} told it lost {t_lost - t_cut:.2f} s after the cut, "
+                  f"{waiter.name} granted {t_grant - t_cut:.2f} s after it: "
+                  f"{t_grant - t_lost:.2f} s with no leader")
+            holder.call("open", **holder.opened)
             holder, waiter, grant = waiter, holder, g2
         # A release hands over at once: ReleaseOnCancel clears the holder.
         rid = waiter.send("acquire", lock=LOCK)
@@ -206,7 +264,8 @@ def main():
         gl = sorted(x["grant_to_lost"] for x in rows)
         print(f"ttl {ttl_ms} ms (renew deadline {ttl_ms * 2 // 3} ms, retry {ttl_ms // 6} ms), {rounds} rounds: "
               f"old leader still leading after the new grant: {min(gl):.2f}-{max(gl):.2f} s; "
-              f"after waking: {min(wl):.2f}-{max(wl):.2f} s")
+              f"after waking: {min(wl):.2f}-{max(wl):.2f} s; under a partition, from the old one's "
+              f"loss to the new grant: {min(gaps):.2f}-{max(gaps):.2f} s")
         print("OK")
     finally:
         for p in procs:
