@@ -1,0 +1,121 @@
+// go-leaderelection: a fencecheck lock client (docs/client-protocol.md, version 1)
+// around client-go's tools/leaderelection (a LeaderElector on a LeaseLock), as a Go
+// controller uses it. stdin/stdout carry the protocol, one JSON object per line;
+// everything else (ours, klog's) goes to stderr, which the worker keeps as this
+// client's log.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"sync"
+)
+
+// library is what the hello says: setup.sh stamps the client-go release of the tree it
+// builds against (-ldflags -X main.library=...); client-go's own version package is
+// only stamped by Kubernetes' release build.
+var library = "client-go tools/leaderelection (unknown release)"
+
+// request is a worker → client line. Unknown fields are ignored, as the
+// protocol asks.
+type request struct {
+	ID        int64    `json:"id"`
+	Op        string   `json:"op"`
+	Service   string   `json:"service"`
+	Endpoints []string `json:"endpoints"`
+	TTLms     int64    `json:"ttl_ms"`
+	Lock      string   `json:"lock"`
+	// open, for service "kubernetes": the apiserver's bearer token and the PEM file of
+	// the CA that signed its serving certificate (clients/README.md).
+	BearerToken string `json:"bearer_token"`
+	CAFile      string `json:"ca_file"`
+}
+
+// out writes protocol lines. The elector's OnStoppedLeading sends session-lost from
+// its own goroutine, so writes are serialised: two lines must never interleave.
+type out struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (o *out) send(v map[string]interface{}) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		// Only our own maps reach here; a failure is a bug, not input.
+		log.Fatalf("cannot encode %v: %v", v, err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.w.Write(line)
+	o.w.WriteByte('\n')
+	if err := o.w.Flush(); err != nil {
+		// The worker is gone: nobody is left to answer.
+		log.Fatalf("stdout: %v", err)
+	}
+}
+
+func (o *out) answer(id int64, fields map[string]interface{}, err error) {
+	v := map[string]interface{}{"id": id}
+	if err != nil {
+		v["ok"] = false
+		v["error"] = err.Error()
+	} else {
+		v["ok"] = true
+		for k, f := range fields {
+			v[k] = f
+		}
+	}
+	o.send(v)
+}
+
+func main() {
+	log.SetOutput(os.Stderr)
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	log.SetPrefix(fmt.Sprintf("go-leaderelection[%s] ", os.Getenv("FENCECHECK_WORKER")))
+
+	o := &out{w: bufio.NewWriter(os.Stdout)}
+	o.send(map[string]interface{}{
+		"fencecheck_client": 1,
+		"library":           fmt.Sprintf("%s (%s)", library, runtime.Version()),
+	})
+
+	c := &client{out: o}
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 64*1024), 1024*1024)
+	for in.Scan() {
+		var req request
+		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
+			// Not ours to judge the worker; say so in the log and carry on.
+			log.Printf("ignoring a line that is not a request: %q: %v", in.Text(), err)
+			continue
+		}
+		log.Printf("request %d %s", req.ID, req.Op)
+		var fields map[string]interface{}
+		var err error
+		switch req.Op {
+		case "open":
+			fields, err = c.open(req)
+		case "acquire":
+			fields, err = c.acquire(req)
+		case "release":
+			err = c.release()
+		case "close":
+			err = c.close()
+		default:
+			err = fmt.Errorf("unknown op %q", req.Op)
+		}
+		if err != nil {
+			log.Printf("request %d %s failed: %v", req.ID, req.Op, err)
+		}
+		o.answer(req.ID, fields, err)
+	}
+	if err := in.Err(); err != nil {
+		log.Printf("stdin: %v", err)
+	}
+	// stdin closed: the worker is done with us.
+	c.shutdown()
+}
