@@ -136,3 +136,31 @@ pub trait Deploy: Send + Sync {
     /// at their paths on this machine.
     fn image(&self) -> Result<crate::images::BuildContext>;
 }
+
+/// Placements as the docker backend makes them (every address bound, peers by
+/// container name, data in /data, configs in /conf), for the systems' own
+/// member-spec tests.
+#[cfg(test)]
+pub fn docker_like(n: usize, client_port: u16, peer_ports: &[u16]) -> Vec<Placement> {
+    use std::net::SocketAddr;
+    (0..n)
+        .map(|i| Placement {
+            index: i,
+            client_bind: SocketAddr::from(([0, 0, 0, 0], client_port)),
+            client: SocketAddr::from(([127, 0, 0, 1], i as u16 + 1)),
+            peers: peer_ports
+                .iter()
+                .map(|&port| PeerPlace {
+                    bind: SocketAddr::from(([0, 0, 0, 0], port)),
+                    advertise: HostPort {
+                        host: format!("fencecheck-fc1-m{i}"),
+                        port,
+                    },
+                })
+                .collect(),
+            data_dir: "/data".into(),
+            config_dir: "/conf".into(),
+            cluster_token: "fencecheck-fc1".into(),
+        })
+        .collect()
+}

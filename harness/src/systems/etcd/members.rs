@@ -111,28 +111,9 @@ fn member_specs(bin: &Path, at: &[Placement]) -> Vec<MemberSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::systems::members::{HostPort, PeerPlace};
-    use std::net::SocketAddr;
 
-    /// Placed as the docker backend places them: peers by container name.
     fn docker_like(n: usize) -> Vec<Placement> {
-        (0..n)
-            .map(|i| Placement {
-                index: i,
-                client_bind: SocketAddr::from(([0, 0, 0, 0], 2379)),
-                client: SocketAddr::from(([127, 0, 0, 1], i as u16 + 1)),
-                peers: vec![PeerPlace {
-                    bind: SocketAddr::from(([0, 0, 0, 0], 2380)),
-                    advertise: HostPort {
-                        host: format!("fencecheck-fc1-m{i}"),
-                        port: 2380,
-                    },
-                }],
-                data_dir: "/data".into(),
-                config_dir: "/conf".into(),
-                cluster_token: "fencecheck-fc1".into(),
-            })
-            .collect()
+        crate::systems::members::docker_like(n, 2379, &[2380])
     }
 
     #[test]

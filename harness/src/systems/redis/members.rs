@@ -183,20 +183,8 @@ fn member_specs(
 mod tests {
     use super::*;
 
-    /// Placed as the docker backend places them: every address bound, data in
-    /// /data, configs in /conf.
     fn docker_like(n: usize) -> Vec<Placement> {
-        (0..n)
-            .map(|i| Placement {
-                index: i,
-                client_bind: SocketAddr::from(([0, 0, 0, 0], 6379)),
-                client: SocketAddr::from(([127, 0, 0, 1], i as u16 + 1)),
-                peers: Vec::new(),
-                data_dir: "/data".into(),
-                config_dir: "/conf".into(),
-                cluster_token: "fencecheck-fc1".into(),
-            })
-            .collect()
+        crate::systems::members::docker_like(n, 6379, &[])
     }
 
     #[test]

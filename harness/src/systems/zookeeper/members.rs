@@ -222,32 +222,9 @@ fn member_specs(java: &Path, classpath: &str, at: &[Placement]) -> Result<Vec<Me
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::systems::members::{HostPort, PeerPlace};
-    use std::net::SocketAddr;
 
-    /// Placed as the docker backend places them: peers by container name, every
-    /// address bound.
     fn docker_like(n: usize) -> Vec<Placement> {
-        (0..n)
-            .map(|i| Placement {
-                index: i,
-                client_bind: SocketAddr::from(([0, 0, 0, 0], 2181)),
-                client: SocketAddr::from(([127, 0, 0, 1], i as u16 + 1)),
-                peers: [2888, 3888]
-                    .iter()
-                    .map(|&port| PeerPlace {
-                        bind: SocketAddr::from(([0, 0, 0, 0], port)),
-                        advertise: HostPort {
-                            host: format!("fencecheck-fc1-m{i}"),
-                            port,
-                        },
-                    })
-                    .collect(),
-                data_dir: "/data".into(),
-                config_dir: "/conf".into(),
-                cluster_token: "fencecheck-fc1".into(),
-            })
-            .collect()
+        crate::systems::members::docker_like(n, 2181, &[2888, 3888])
     }
 
     #[test]
