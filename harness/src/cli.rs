@@ -129,11 +129,15 @@ enum Command {
         etcd: Vec<EtcdVersion>,
     },
     /// Remove every container, network and volume earlier docker runs left behind
-    /// (label `fencecheck.run`).
+    /// (label `fencecheck.run`); a run still in progress (its reaper running) is
+    /// left alone
     Clean {
         /// Also remove the images fencecheck built.
         #[arg(long)]
         images: bool,
+        /// Remove runs in progress too.
+        #[arg(long)]
+        force: bool,
     },
     /// Measure fencecheck's own machinery (figures, never pass/fail).
     Bench {
@@ -331,7 +335,7 @@ pub fn main() -> i32 {
                 },
         } => bench_proxy(round_trips, bulk_bytes),
         Command::Images { etcd } => lines(crate::backend::docker::build_images(&etcd)),
-        Command::Clean { images } => lines(crate::backend::docker::clean(images)),
+        Command::Clean { images, force } => lines(crate::backend::docker::clean(images, force)),
         Command::Worker { config } => worker(&config),
         Command::Storage {
             listen,

@@ -16,24 +16,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::docker::{
-    assert_run_left_nothing, docker_json, docker_or_skip, host_has, leftovers_labelled,
-    leftovers_of, run_docker,
+    assert_run_left_nothing, docker_json, docker_or_skip, host_has, leftovers_of, run_docker,
 };
 use common::{bin, explain, faults_of, leaders_killed, n, serial};
 use serde_json::Value;
 
-/// Containers, networks and volumes labelled `fencecheck.run`, as the docker CLI
-/// lists them.
-fn leftovers() -> Vec<String> {
-    leftovers_labelled("fencecheck.run")
-}
-
-fn assert_no_docker_leftovers(when: &str) {
-    let left = leftovers();
-    assert!(left.is_empty(), "left behind {when}: {left:#?}");
-}
-
-/// Starts from a clean engine: whatever an earlier, killed run left is removed.
+/// Starts from a clean engine: whatever an earlier, killed run left is removed (a
+/// run in progress beside the tests is left alone, and each test looks only at
+/// its own run's label).
 fn clean() {
     let o = bin().arg("clean").output().expect("fencecheck clean");
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
@@ -63,7 +53,7 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
     assert!(log.lines().count() > 10, "{log}");
     assert!(out.join("etcd-0.log").is_file());
     let first = docker_json(&out);
-    assert_no_docker_leftovers("after the pause run");
+    assert_run_left_nothing(&out, "after the pause run");
 
     // kill.toml, 3 members: the leader container killed and started again. This is
     // the second run: both images must be reused, unchanged.
@@ -103,7 +93,7 @@ fn pause_and_kill_on_docker_reach_the_process_verdicts_and_reuse_images() {
     }
     assert_eq!(r["checks"]["fencing"]["valid"], true);
     assert_eq!(n(&r["checks"]["counter"]["lost"]), 0);
-    assert_no_docker_leftovers("after the kill run");
+    assert_run_left_nothing(&out, "after the kill run");
 }
 
 #[test]
@@ -194,11 +184,15 @@ fn ctrl_c_while_a_member_container_is_paused_leaves_nothing() {
     }
     let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
     assert!(nem.contains("docker pause"), "{nem}");
+    let run_label = format!(
+        "label=fencecheck.run={}",
+        docker_json(&out)["run_id"].as_str().expect("run_id")
+    );
     let paused = Command::new("docker")
         .args([
             "ps",
             "--filter",
-            "label=fencecheck.run",
+            &run_label,
             "--filter",
             "status=paused",
             "--format",
@@ -224,7 +218,7 @@ fn ctrl_c_while_a_member_container_is_paused_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(2));
-    assert_no_docker_leftovers("after Ctrl-C");
+    assert_run_left_nothing(&out, "after Ctrl-C");
     // The containers' output was saved before they were removed.
     for i in 0..3 {
         assert!(
@@ -268,7 +262,7 @@ fn a_failed_etcd_start_is_exit_2_and_leaves_nothing() {
     // Its output was saved before the container was removed.
     let log = std::fs::read_to_string(out.join("etcd-0.log")).expect("etcd-0.log");
     assert!(log.contains("no-such-flag"), "{log}");
-    assert_no_docker_leftovers("after a failed start");
+    assert_run_left_nothing(&out, "after a failed start");
 }
 
 #[test]
@@ -307,7 +301,7 @@ fn etcd_3_4_runs_in_a_scratch_image_with_its_libraries() {
             .is_some_and(|t| t.starts_with("fencecheck/etcd:3.4.")),
         "{d}"
     );
-    assert_no_docker_leftovers("after the etcd 3.4 run");
+    assert_run_left_nothing(&out, "after the etcd 3.4 run");
 }
 
 #[test]
@@ -359,7 +353,7 @@ fn a_partitioned_leader_is_cut_off_by_the_engine_and_rejoins() {
         logs.contains("lost leader"),
         "no leader change in the etcd logs"
     );
-    assert_no_docker_leftovers("after the partition run");
+    assert_run_left_nothing(&out, "after the partition run");
 }
 
 #[test]
@@ -379,13 +373,77 @@ fn clean_removes_what_a_killed_run_left() {
             .expect("docker CLI");
         assert!(o.status.success(), "{o:?}");
     }
-    assert!(leftovers().len() >= 2);
+    assert!(leftovers_of("testleft").len() >= 2);
     let o = bin().arg("clean").output().expect("clean");
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains(&format!("network {name}")), "{text}");
     assert!(text.contains(&format!("volume {name}")), "{text}");
-    assert_no_docker_leftovers("after fencecheck clean");
+    let left = leftovers_of("testleft");
+    assert!(
+        left.is_empty(),
+        "left behind after fencecheck clean: {left:#?}"
+    );
+}
+
+/// `fencecheck clean` beside a run in progress (its reaper running) leaves that
+/// run alone: the run passes, and removes its own objects at its end.
+#[test]
+fn clean_leaves_a_run_in_progress_alone() {
+    if !docker_or_skip("clean_beside_a_run") {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let mut child = bin()
+        .args([
+            "scenario",
+            "scenarios/pause.toml",
+            "--backend",
+            "docker",
+            "--duration",
+            "12s",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Until its reaper runs (images may be built first: minutes on a cold cache).
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let id = loop {
+        let id = std::fs::read_to_string(out.join("docker.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|j| j["run_id"].as_str().map(str::to_string));
+        if let Some(id) = id {
+            let reaper = Command::new("docker")
+                .args(["ps", "--filter", &format!("label=fencecheck.run={id}")])
+                .args(["--filter", "label=fencecheck.role=reaper", "--filter"])
+                .args(["status=running", "--format", "{{.Names}}"])
+                .output()
+                .expect("docker ps");
+            if !String::from_utf8_lossy(&reaper.stdout).trim().is_empty() {
+                break id;
+            }
+        }
+        if let Some(s) = child.try_wait().expect("wait") {
+            panic!("fencecheck exited ({s}) before its reaper ran");
+        }
+        assert!(Instant::now() < deadline, "no reaper in time");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let o = bin().arg("clean").output().expect("clean");
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("in progress") && text.contains(&id), "{text}");
+    assert!(!leftovers_of(&id).is_empty(), "clean removed the live run");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "the run beside clean must pass");
+    assert_run_left_nothing(&out, "after the run beside clean");
 }
 
 #[test]

@@ -222,12 +222,31 @@ pub async fn remove_images(d: &Docker) -> Result<Vec<String>> {
 }
 
 /// `fencecheck clean`: removes what earlier runs left (label `fencecheck.run`), and
-/// with `images` the images fencecheck built.
-pub async fn clean(images: bool) -> Result<Vec<String>> {
+/// with `images` the images fencecheck built. A run whose reaper is still running
+/// is in progress (its harness holds the reaper's connection; a harness that dies
+/// has its run removed by that reaper within seconds), so it is left alone unless
+/// `force`: a `clean` beside a suite must not pull the suite's containers away.
+pub async fn clean(images: bool, force: bool) -> Result<Vec<String>> {
     let e = engine::engine(engine::ENGINE_TIMEOUT)
         .await
         .context("no Docker engine answers: nothing to clean")?;
-    let r = remove_run(&e.docker, None).await?;
+    let mut r = Removed::default();
+    let mut kept = Vec::new();
+    if force {
+        r = remove_run(&e.docker, None).await?;
+    } else {
+        let live = live_runs(&e.docker).await?;
+        for id in runs_on_engine(&e.docker).await? {
+            if live.contains(&id) {
+                kept.push(id);
+                continue;
+            }
+            let one = remove_run(&e.docker, Some(&id)).await?;
+            r.containers.extend(one.containers);
+            r.networks.extend(one.networks);
+            r.volumes.extend(one.volumes);
+        }
+    }
     let mut lines = vec![format!(
         "removed {} container(s), {} network(s), {} volume(s) labelled {RUN_LABEL}",
         r.containers.len(),
@@ -241,12 +260,89 @@ pub async fn clean(images: bool) -> Result<Vec<String>> {
     ] {
         lines.extend(names.iter().map(|n| format!("  {kind} {n}")));
     }
+    if !kept.is_empty() {
+        lines.push(format!(
+            "left {} run(s) in progress (their reaper is running; --force removes them too): {}",
+            kept.len(),
+            kept.join(", ")
+        ));
+    }
     if images {
         let imgs = remove_images(&e.docker).await?;
         lines.push(format!("removed {} image(s)", imgs.len()));
         lines.extend(imgs.iter().map(|n| format!("  image {n}")));
     }
     Ok(lines)
+}
+
+/// The run ids (`fencecheck.run=<id>`) of every container, volume and network
+/// on the engine.
+async fn runs_on_engine(d: &Docker) -> Result<std::collections::BTreeSet<String>> {
+    let filters = HashMap::from([("label".to_string(), vec![RUN_LABEL.to_string()])]);
+    let mut ids = std::collections::BTreeSet::new();
+    let containers = d
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .context("docker ps")?;
+    ids.extend(
+        containers
+            .into_iter()
+            .filter_map(|c| c.labels?.remove(RUN_LABEL)),
+    );
+    let volumes = d
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .context("docker volume ls")?;
+    ids.extend(
+        volumes
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|mut v| v.labels.remove(RUN_LABEL)),
+    );
+    let networks = d
+        .list_networks(Some(
+            ListNetworksOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .context("docker network ls")?;
+    ids.extend(
+        networks
+            .into_iter()
+            .filter_map(|n| n.labels?.remove(RUN_LABEL)),
+    );
+    Ok(ids)
+}
+
+/// The runs whose reaper container is running: in progress.
+async fn live_runs(d: &Docker) -> Result<std::collections::BTreeSet<String>> {
+    let filters = HashMap::from([
+        ("label".to_string(), vec![format!("{ROLE_LABEL}=reaper")]),
+        ("status".to_string(), vec!["running".to_string()]),
+    ]);
+    let reapers = d
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .context("docker ps (reapers)")?;
+    Ok(reapers
+        .into_iter()
+        .filter_map(|c| c.labels?.remove(RUN_LABEL))
+        .collect())
 }
 
 /// A container's output so far (stdout and stderr, interleaved as written); empty
