@@ -219,7 +219,7 @@ impl DockerBackend {
             reaper: backend.reaper.as_ref().map(|r| r.name.as_str()),
         };
         if let Ok(j) = serde_json::to_string_pretty(&record) {
-            let _ = std::fs::write(run_dir.join("docker.json"), j + "\n");
+            let _ = std::fs::write(run_dir.join(crate::record::rundir::DOCKER_JSON), j + "\n");
         }
         say(&format!(
             "starting {n} {service} {version} container(s) and {} container \

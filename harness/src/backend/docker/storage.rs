@@ -95,7 +95,7 @@ impl Storage {
             Kind::Fencecheck,
             None,
             port,
-            run_dir.join("storage.log"),
+            run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG),
         )
     }
 
