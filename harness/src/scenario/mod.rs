@@ -661,6 +661,19 @@ mutex_overlaps = ">0"
 "#;
 
     #[test]
+    fn a_token_expectation_without_a_token_is_refused_at_its_line() {
+        let text = "name = \"x\"\n[storage]\nfencing = \"off\"\ntoken = \"none\"\n\
+                    [expect]\nfencing_violations = \"any\"\ntoken_repeats = 0\n";
+        let e = Scenario::parse(text, "t.toml").unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("expect.token_repeats"), "{e}");
+        assert!(e.message.contains("sends no token"), "{e}");
+        // With a token, the same expectation is fine.
+        let ok = text.replace("token = \"none\"", "token = \"grant\"");
+        Scenario::parse(&ok, "t.toml").expect("valid with a token");
+    }
+
+    #[test]
     fn parses_the_design_example() {
         let s = Scenario::parse(GOOD, "pause.toml").expect("valid");
         assert_eq!(s.duration, Duration::from_secs(20));

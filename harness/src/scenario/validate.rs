@@ -48,6 +48,26 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
             "storage.token = \"none\" needs storage.fencing = \"off\" (nothing to compare)".into(),
         ));
     }
+    // Nothing is sent, so the token check judges nothing: an expectation on it
+    // could never be met or missed for a reason. (An external client sends what
+    // its `[client] token` names, whatever `storage.token` says.)
+    if s.storage.token.mode() == TokenMode::None && s.client.is_none() {
+        for (key, set) in [
+            ("token_regressions", s.expect.token_regressions.is_some()),
+            ("token_repeats", s.expect.token_repeats.is_some()),
+        ] {
+            if set {
+                return Err(err(
+                    key,
+                    format!(
+                        "expect.{key}: storage.token = \"none\" sends no token, so there is \
+                         nothing to judge; expected a token (e.g. storage.token = \"grant\") \
+                         or no {key} expectation"
+                    ),
+                ));
+            }
+        }
+    }
     storage_rules(s, &err)?;
     let raw = raw_targets(text);
     for i in 0..s.faults.len() {
