@@ -3,7 +3,7 @@
 //! code serves a normal stop, a dropped run (error, panic, Ctrl-C) and
 //! `fencecheck clean` (leftovers of older harnesses, which had no reaper).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -40,6 +40,11 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// last, and only once everything else is gone: while anything else of the run
 /// exists, the reaper is what removes it should this harness die or give up.
 pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
+    remove_runs(d, run_id, &BTreeSet::new()).await
+}
+
+/// [`remove_run`], leaving alone every object of the runs in `keep`.
+async fn remove_runs(d: &Docker, run_id: Option<&str>, keep: &BTreeSet<String>) -> Result<Removed> {
     let label = match run_id {
         Some(id) => format!("{RUN_LABEL}={id}"),
         None => RUN_LABEL.to_string(),
@@ -48,7 +53,7 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
     let mut removed = Removed::default();
     let deadline = tokio::time::Instant::now() + SETTLE;
     let (errors, reapers) = loop {
-        let (errors, reapers) = remove_pass(d, &filters, &mut removed).await?;
+        let (errors, reapers) = remove_pass(d, &filters, keep, &mut removed).await?;
         if errors.is_empty() || tokio::time::Instant::now() >= deadline {
             break (errors, reapers);
         }
@@ -75,8 +80,14 @@ pub async fn remove_run(d: &Docker, run_id: Option<&str>) -> Result<Removed> {
 async fn remove_pass(
     d: &Docker,
     filters: &HashMap<String, Vec<String>>,
+    keep: &BTreeSet<String>,
     removed: &mut Removed,
 ) -> Result<(Vec<String>, Vec<(String, String)>)> {
+    let kept = |labels: Option<&HashMap<String, String>>| {
+        labels
+            .and_then(|l| l.get(RUN_LABEL))
+            .is_some_and(|id| keep.contains(id))
+    };
     let mut errors = Vec::new();
     let containers = d
         .list_containers(Some(
@@ -95,6 +106,9 @@ async fn remove_pass(
     };
     let mut reapers = Vec::new();
     for c in containers {
+        if kept(c.labels.as_ref()) {
+            continue;
+        }
         let reaper = is_reaper(&c);
         let Some(id) = c.id else { continue };
         let name = c
@@ -122,6 +136,9 @@ async fn remove_pass(
         .await
         .context("docker volume ls")?;
     for v in volumes.volumes.unwrap_or_default() {
+        if kept(Some(&v.labels)) {
+            continue;
+        }
         match d
             .remove_volume(
                 &v.name,
@@ -143,6 +160,9 @@ async fn remove_pass(
         .await
         .context("docker network ls")?;
     for n in networks {
+        if kept(n.labels.as_ref()) {
+            continue;
+        }
         let Some(name) = n.name else { continue };
         match d.remove_network(&name).await {
             Ok(()) => removed.networks.push(name),
@@ -230,23 +250,12 @@ pub async fn clean(images: bool, force: bool) -> Result<Vec<String>> {
     let e = engine::engine(engine::ENGINE_TIMEOUT)
         .await
         .context("no Docker engine answers: nothing to clean")?;
-    let mut r = Removed::default();
-    let mut kept = Vec::new();
-    if force {
-        r = remove_run(&e.docker, None).await?;
+    let kept = if force {
+        BTreeSet::new()
     } else {
-        let live = live_runs(&e.docker).await?;
-        for id in runs_on_engine(&e.docker).await? {
-            if live.contains(&id) {
-                kept.push(id);
-                continue;
-            }
-            let one = remove_run(&e.docker, Some(&id)).await?;
-            r.containers.extend(one.containers);
-            r.networks.extend(one.networks);
-            r.volumes.extend(one.volumes);
-        }
-    }
+        live_runs(&e.docker).await?
+    };
+    let r = remove_runs(&e.docker, None, &kept).await?;
     let mut lines = vec![format!(
         "removed {} container(s), {} network(s), {} volume(s) labelled {RUN_LABEL}",
         r.containers.len(),
@@ -264,7 +273,7 @@ pub async fn clean(images: bool, force: bool) -> Result<Vec<String>> {
         lines.push(format!(
             "left {} run(s) in progress (their reaper is running; --force removes them too): {}",
             kept.len(),
-            kept.join(", ")
+            kept.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
     if images {
@@ -275,58 +284,8 @@ pub async fn clean(images: bool, force: bool) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-/// The run ids (`fencecheck.run=<id>`) of every container, volume and network
-/// on the engine.
-async fn runs_on_engine(d: &Docker) -> Result<std::collections::BTreeSet<String>> {
-    let filters = HashMap::from([("label".to_string(), vec![RUN_LABEL.to_string()])]);
-    let mut ids = std::collections::BTreeSet::new();
-    let containers = d
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .context("docker ps")?;
-    ids.extend(
-        containers
-            .into_iter()
-            .filter_map(|c| c.labels?.remove(RUN_LABEL)),
-    );
-    let volumes = d
-        .list_volumes(Some(
-            ListVolumesOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .context("docker volume ls")?;
-    ids.extend(
-        volumes
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|mut v| v.labels.remove(RUN_LABEL)),
-    );
-    let networks = d
-        .list_networks(Some(
-            ListNetworksOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .context("docker network ls")?;
-    ids.extend(
-        networks
-            .into_iter()
-            .filter_map(|n| n.labels?.remove(RUN_LABEL)),
-    );
-    Ok(ids)
-}
-
 /// The runs whose reaper container is running: in progress.
-async fn live_runs(d: &Docker) -> Result<std::collections::BTreeSet<String>> {
+async fn live_runs(d: &Docker) -> Result<BTreeSet<String>> {
     let filters = HashMap::from([
         ("label".to_string(), vec![format!("{ROLE_LABEL}=reaper")]),
         ("status".to_string(), vec!["running".to_string()]),
