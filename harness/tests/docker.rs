@@ -386,6 +386,39 @@ fn clean_removes_what_a_killed_run_left() {
     );
 }
 
+/// Starts `pause.toml` on docker in the background and waits until it runs: the
+/// workers have recorded events, so every container (the reaper first) is up.
+/// The first run may build images (minutes on a cold cache), hence the long
+/// deadline. Returns the child and the run's id.
+fn start_pause_on_docker(out: &std::path::Path, extra: &[&str]) -> (std::process::Child, String) {
+    let mut child = bin()
+        .args(["scenario", "scenarios/pause.toml", "--backend", "docker"])
+        .args(extra)
+        .args(["--quiet", "--out"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let events = std::fs::read_to_string(out.join("worker-0.jsonl")).unwrap_or_default();
+        if events.lines().count() >= 2 {
+            break;
+        }
+        if let Some(s) = child.try_wait().expect("wait") {
+            panic!("fencecheck exited ({s}) before its workers ran");
+        }
+        assert!(Instant::now() < deadline, "the run never got going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run_id = docker_json(out)["run_id"]
+        .as_str()
+        .expect("run_id in docker.json")
+        .to_string();
+    (child, run_id)
+}
+
 /// `fencecheck clean` beside a run in progress (its reaper running) leaves that
 /// run alone: the run passes, and removes its own objects at its end.
 #[test]
@@ -396,46 +429,7 @@ fn clean_leaves_a_run_in_progress_alone() {
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
-    let mut child = bin()
-        .args([
-            "scenario",
-            "scenarios/pause.toml",
-            "--backend",
-            "docker",
-            "--duration",
-            "12s",
-            "--quiet",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    // Until its reaper runs (images may be built first: minutes on a cold cache).
-    let deadline = Instant::now() + Duration::from_secs(900);
-    let id = loop {
-        let id = std::fs::read_to_string(out.join("docker.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|j| j["run_id"].as_str().map(str::to_string));
-        if let Some(id) = id {
-            let reaper = Command::new("docker")
-                .args(["ps", "--filter", &format!("label=fencecheck.run={id}")])
-                .args(["--filter", "label=fencecheck.role=reaper", "--filter"])
-                .args(["status=running", "--format", "{{.Names}}"])
-                .output()
-                .expect("docker ps");
-            if !String::from_utf8_lossy(&reaper.stdout).trim().is_empty() {
-                break id;
-            }
-        }
-        if let Some(s) = child.try_wait().expect("wait") {
-            panic!("fencecheck exited ({s}) before its reaper ran");
-        }
-        assert!(Instant::now() < deadline, "no reaper in time");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (mut child, id) = start_pause_on_docker(&out, &["--duration", "12s"]);
     let o = bin().arg("clean").output().expect("clean");
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     let text = String::from_utf8_lossy(&o.stdout);
@@ -456,38 +450,7 @@ fn a_harness_killed_with_sigkill_leaves_nothing_within_30_s() {
     // at, and the run's reaper alone must remove it.
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
-    let mut child = bin()
-        .args([
-            "scenario",
-            "scenarios/pause.toml",
-            "--backend",
-            "docker",
-            "--quiet",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    // Running: the workers have recorded events, so every container is up. The
-    // first run may build images (minutes on a cold cache), hence the long deadline.
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let events = std::fs::read_to_string(out.join("worker-0.jsonl")).unwrap_or_default();
-        if events.lines().count() >= 2 {
-            break;
-        }
-        if let Some(s) = child.try_wait().expect("wait") {
-            panic!("fencecheck exited ({s}) before its workers ran");
-        }
-        assert!(Instant::now() < deadline, "the run never got going");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run_id = docker_json(&out)["run_id"]
-        .as_str()
-        .expect("run_id in docker.json")
-        .to_string();
+    let (mut child, run_id) = start_pause_on_docker(&out, &[]);
     let before = leftovers_of(&run_id);
     for what in [
         "container fencecheck-",
