@@ -216,7 +216,7 @@ async fn drive(
     write_run_info(run, dep, &plan, start_ns, end_ns)?;
 
     let service = crate::systems::system(dep.service)
-        .connect(dep.service, &dep.clients)
+        .connect(dep.service, &dep.clients, dep.access.as_ref())
         .await?;
     let observer = Observer::start(service.clone(), &run.dir)?;
     let mut workers = start_workers(run, dep, &links, end_ns)?;
@@ -339,6 +339,9 @@ fn start_workers(
                     no_token: s.storage.token == crate::scenario::TokenName::None,
                     log: rundir::client_log(&run.dir, id),
                 }),
+                access: dep.access.clone(),
+                renew_deadline: Some(s.lock.renew_deadline()),
+                retry_period: Some(s.lock.retry_period()),
             },
             resource: run
                 .resource

@@ -145,6 +145,9 @@ impl Ensemble {
             token: fencecheck::scenario::TokenMode::Grant,
             behaviour: Default::default(),
             external: None,
+            access: None,
+            renew_deadline: None,
+            retry_period: None,
         };
         let mut c = ZkClient::connect(&cfg).await.expect("client");
         let s = c.open_session().await.expect("session");
@@ -332,6 +335,9 @@ async fn three_members_through_proxies_survive_a_leader_kill() {
         token: fencecheck::scenario::TokenMode::Grant,
         behaviour: Default::default(),
         external: None,
+        access: None,
+        renew_deadline: None,
+        retry_period: None,
     };
     let mut c = ZkClient::connect(&cfg).await.unwrap();
     let s = c.open_session().await.unwrap();

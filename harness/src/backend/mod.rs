@@ -31,6 +31,8 @@ pub struct Deployment {
     /// Which backend ran, and why (for `auto`).
     pub backend: String,
     pub backend_reason: String,
+    /// The token and CA the service's clients need (Kubernetes), made per run.
+    pub access: Option<crate::systems::service::ServiceAccess>,
 }
 
 /// A service the nemesis can freeze.

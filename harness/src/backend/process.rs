@@ -127,7 +127,7 @@ impl ProcessBackend {
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
         let deploy = system.deploy(scenario, say)?;
-        let n = scenario.cluster.members.0 as usize;
+        let n = system.member_count(scenario);
         let short = system.member_name();
         // Ports and peer proxies first: every member must know every advertised URL.
         let peer_ports = system.ports().peers.len();
@@ -225,6 +225,7 @@ impl ProcessBackend {
             version: deploy.version().to_string(),
             backend: "process".into(),
             backend_reason: String::new(),
+            access: deploy.access(),
         };
         Ok((backend, deployment))
     }

@@ -205,6 +205,23 @@ pub struct Lock {
     /// Redis and Redlock: what each instance keeps across a restart (unset: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<Persistence>,
+    /// Kubernetes: how long a leader keeps trying to renew before it stops leading
+    /// (client-go's `RenewDeadline`); unset: client-go's default scaled to the TTL
+    /// (10 s of 15 s: two thirds).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "humantime_serde"
+    )]
+    pub renew_deadline: Option<Duration>,
+    /// Kubernetes: how often an elector tries to acquire or renew (client-go's
+    /// `RetryPeriod`); unset: client-go's default scaled to the TTL (2 s of 15 s).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "humantime_serde"
+    )]
+    pub retry_period: Option<Duration>,
 }
 
 impl Default for Lock {
@@ -213,7 +230,20 @@ impl Default for Lock {
             service: ServiceKind::default(),
             ttl: defaults::ttl(),
             persistence: None,
+            renew_deadline: None,
+            retry_period: None,
         }
+    }
+}
+
+impl Lock {
+    /// Kubernetes: the renew deadline in effect (client-go's 10 s of 15 s, scaled).
+    pub fn renew_deadline(&self) -> Duration {
+        self.renew_deadline.unwrap_or(self.ttl * 2 / 3)
+    }
+    /// Kubernetes: the retry period in effect (client-go's 2 s of 15 s, scaled).
+    pub fn retry_period(&self) -> Duration {
+        self.retry_period.unwrap_or(self.ttl * 2 / 15)
     }
 }
 
@@ -252,6 +282,8 @@ pub enum ServiceKind {
     Redis,
     /// Redlock over 3 or 5 independent Redis masters.
     Redlock,
+    /// Kubernetes Lease leader election: kube-apiserver over etcd, a Lease per key.
+    Kubernetes,
 }
 
 impl ServiceKind {
@@ -261,6 +293,7 @@ impl ServiceKind {
             ServiceKind::Zookeeper => "zookeeper",
             ServiceKind::Redis => "redis",
             ServiceKind::Redlock => "redlock",
+            ServiceKind::Kubernetes => "kubernetes",
         }
     }
 }
@@ -304,6 +337,8 @@ pub enum TokenName {
     None,
     Counter,
     Owner,
+    /// Kubernetes: the Lease's `leaseTransitions`, what a client-go user has.
+    Transitions,
 }
 
 impl TokenName {
@@ -312,7 +347,7 @@ impl TokenName {
             TokenName::Grant | TokenName::Revision | TokenName::Czxid => TokenMode::Grant,
             TokenName::Session | TokenName::LeaseId | TokenName::SessionId => TokenMode::Session,
             TokenName::None => TokenMode::None,
-            TokenName::Counter => TokenMode::Counter,
+            TokenName::Counter | TokenName::Transitions => TokenMode::Counter,
             TokenName::Owner => TokenMode::Owner,
         }
     }
@@ -322,6 +357,7 @@ impl TokenName {
         match self {
             TokenName::Revision | TokenName::LeaseId => Some(ServiceKind::Etcd),
             TokenName::Czxid | TokenName::SessionId => Some(ServiceKind::Zookeeper),
+            TokenName::Transitions => Some(ServiceKind::Kubernetes),
             _ => None,
         }
     }
@@ -337,6 +373,7 @@ impl TokenName {
             TokenName::None => "none",
             TokenName::Counter => "counter",
             TokenName::Owner => "owner",
+            TokenName::Transitions => "transitions",
         }
     }
 }
@@ -530,6 +567,7 @@ impl Scenario {
             (None, ServiceKind::Etcd) => EtcdVersion::default().to_string(),
             (None, ServiceKind::Zookeeper) => "3.8".into(),
             (None, ServiceKind::Redis | ServiceKind::Redlock) => "7.0".into(),
+            (None, ServiceKind::Kubernetes) => "1.20".into(),
         }
     }
 

@@ -147,12 +147,14 @@ fn service_rules(
             ServiceKind::Etcd => v.parse::<EtcdVersion>().is_ok(),
             ServiceKind::Zookeeper => v == "3.8",
             ServiceKind::Redis | ServiceKind::Redlock => v == "7.0",
+            ServiceKind::Kubernetes => v == "1.20",
         };
         if !ok {
             let want = match svc {
                 ServiceKind::Etcd => "\"3.5\" or \"3.4\"",
                 ServiceKind::Zookeeper => "\"3.8\"",
                 ServiceKind::Redis | ServiceKind::Redlock => "\"7.0\" (Debian's redis-server)",
+                ServiceKind::Kubernetes => "\"1.20\" (kube-apiserver built from Debian's source)",
             };
             // Point at whichever spelling the file uses (`etcd` in 0.1 scenarios).
             let key = if line_of_key(text, "version").is_some() {
@@ -200,6 +202,18 @@ fn service_rules(
             }
         }
         ServiceKind::Redis | ServiceKind::Redlock => return redis_rules(s, text, err),
+        ServiceKind::Kubernetes => return kubernetes_rules(s, err),
+    }
+    if s.lock.renew_deadline.is_some() || s.lock.retry_period.is_some() {
+        let key = if s.lock.renew_deadline.is_some() {
+            "renew_deadline"
+        } else {
+            "retry_period"
+        };
+        return Err(err(
+            key,
+            format!("lock.{key} is Kubernetes leader election's; {svc} has none"),
+        ));
     }
     if s.lock.persistence.is_some() {
         return Err(err(
@@ -228,11 +242,89 @@ fn service_rules(
                     match svc {
                         ServiceKind::Etcd => ", or etcd's names revision and lease-id",
                         ServiceKind::Zookeeper => ", or ZooKeeper's names czxid and session-id",
-                        ServiceKind::Redis | ServiceKind::Redlock => "",
+                        ServiceKind::Redis | ServiceKind::Redlock | ServiceKind::Kubernetes => "",
                     }
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Kubernetes: the TTL is the Lease's `leaseDurationSeconds` (whole seconds), and
+/// the renew deadline and retry period obey client-go's own checks
+/// (`NewLeaderElector`: `LeaseDuration > RenewDeadline > 1.2 × RetryPeriod`).
+/// Tokens: `grant` (the acquiring write's resourceVersion), `transitions`
+/// (`leaseTransitions`), `none`.
+fn kubernetes_rules(
+    s: &Scenario,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let l = &s.lock;
+    let fmt = |d: Duration| humantime::format_duration(d).to_string();
+    if l.ttl < Duration::from_secs(1) || l.ttl.subsec_nanos() != 0 {
+        return Err(err(
+            "ttl",
+            format!(
+                "lock.ttl = {}: a Lease's leaseDurationSeconds is whole seconds; expected e.g. \"3s\"",
+                fmt(l.ttl)
+            ),
+        ));
+    }
+    let (renew, retry) = (l.renew_deadline(), l.retry_period());
+    if renew >= l.ttl {
+        return Err(err(
+            if l.renew_deadline.is_some() {
+                "renew_deadline"
+            } else {
+                "ttl"
+            },
+            format!(
+                "lock.renew_deadline = {} is not below lock.ttl = {} (client-go refuses it: \
+                 leaseDuration must be greater than renewDeadline)",
+                fmt(renew),
+                fmt(l.ttl)
+            ),
+        ));
+    }
+    if retry.is_zero() || retry.mul_f64(1.2) >= renew {
+        return Err(err(
+            if l.retry_period.is_some() {
+                "retry_period"
+            } else {
+                "renew_deadline"
+            },
+            format!(
+                "lock.retry_period = {}: client-go wants renewDeadline ({}) above 1.2 × \
+                 retryPeriod, and a retry period above 0",
+                fmt(retry),
+                fmt(renew)
+            ),
+        ));
+    }
+    if s.lock.persistence.is_some() {
+        return Err(err(
+            "persistence",
+            "lock.persistence is Redis's (redis, redlock); kubernetes keeps its data in etcd"
+                .into(),
+        ));
+    }
+    let t = s.storage.token;
+    // An external client's token is `[client] token` (scenario/client.rs).
+    if s.client.is_none()
+        && !matches!(
+            t,
+            TokenName::Grant | TokenName::Transitions | TokenName::None
+        )
+    {
+        return Err(err(
+            "token",
+            format!(
+                "storage.token = \"{}\": kubernetes has grant (the acquiring write's \
+                 resourceVersion), transitions (leaseTransitions) or none",
+                t.as_str()
+            ),
+        ));
     }
     Ok(())
 }

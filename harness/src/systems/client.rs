@@ -43,6 +43,14 @@ pub struct ClientConfig {
     /// `docs/client-protocol.md`, instead of fencecheck's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<external::ExternalConfig>,
+    /// The token and CA the service asks for (Kubernetes), made per run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<crate::systems::service::ServiceAccess>,
+    /// Kubernetes: the elector's renew deadline and retry period (`[lock]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_deadline: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_period: Option<Duration>,
 }
 
 pub use crate::scenario::Behaviour;

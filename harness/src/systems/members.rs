@@ -135,6 +135,11 @@ pub trait Deploy: Send + Sync {
     /// The `FROM scratch` image's build context: the program and what it loads,
     /// at their paths on this machine.
     fn image(&self) -> Result<crate::images::BuildContext>;
+    /// The token and CA the run's clients need, for a service that asks for them
+    /// (made per run with the members: Kubernetes).
+    fn access(&self) -> Option<crate::systems::service::ServiceAccess> {
+        None
+    }
 }
 
 /// Placements as the docker backend makes them (every address bound, peers by

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod etcd;
 pub mod external;
+pub mod kubernetes;
 pub mod members;
 pub mod redis;
 pub mod service;
@@ -26,7 +27,7 @@ use anyhow::Result;
 use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
 use client::{ClientConfig, LockClient};
 use members::{Deploy, Ports};
-use service::{Capabilities, LockService};
+use service::{Capabilities, LockService, ServiceAccess};
 
 /// What the rest of fencecheck asks of a lock system.
 #[async_trait::async_trait]
@@ -43,6 +44,10 @@ pub trait System: Sync {
     fn ports(&self) -> Ports;
     /// The deployment side, finding (or provisioning) its binaries: the members'
     /// backend-neutral specs and its image.
+    /// How many members a run has (Kubernetes: its etcd members and the apiserver).
+    fn member_count(&self, s: &Scenario) -> usize {
+        s.cluster.members.0 as usize
+    }
     fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>>;
     /// The deployments `fencecheck images` builds an image for, each with its
     /// name: an error skips that image (not installed here), an error of the
@@ -73,6 +78,7 @@ pub trait System: Sync {
         &self,
         kind: ServiceKind,
         clients: &[SocketAddr],
+        access: Option<&ServiceAccess>,
     ) -> Result<Arc<dyn LockService>>;
     /// Waits until a member answers at `client` (its own health check).
     async fn wait_ready(&self, what: &str, client: SocketAddr, deadline: Duration) -> Result<()>;
@@ -90,6 +96,7 @@ pub fn system(kind: ServiceKind) -> &'static dyn System {
         ServiceKind::Zookeeper => &zookeeper::Zookeeper,
         ServiceKind::Redis => &redis::Redis { redlock: false },
         ServiceKind::Redlock => &redis::Redis { redlock: true },
+        ServiceKind::Kubernetes => &kubernetes::Kubernetes,
     }
 }
 
@@ -99,11 +106,12 @@ pub type ImageDeploy = (&'static str, Result<Box<dyn Deploy>>);
 
 /// One system per deployment (Redlock runs Redis's): what `fencecheck images`
 /// builds, whose logs [`quiet_logs`] quiets.
-pub fn every() -> [&'static dyn System; 3] {
+pub fn every() -> [&'static dyn System; 4] {
     [
         &etcd::Etcd,
         &zookeeper::Zookeeper,
         &redis::Redis { redlock: false },
+        &kubernetes::Kubernetes,
     ]
 }
 

@@ -27,6 +27,19 @@ pub struct Capabilities {
     pub clock_jump: bool,
 }
 
+/// How the harness and the workers authenticate to a service that asks (the
+/// Kubernetes apiserver): material the deployment generates per run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ServiceAccess {
+    /// A bearer token the service accepts.
+    pub token: String,
+    /// The CA that signed the service's serving certificate (PEM).
+    pub ca_pem: String,
+    /// The name the certificate is for (clients reach it through proxies, so not
+    /// by its address).
+    pub server_name: String,
+}
+
 // The availability of a fault moved to `crate::plan`; the backend's `auto` choice
 // still asks it here.
 

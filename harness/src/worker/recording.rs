@@ -88,7 +88,13 @@ impl Current {
 
 impl Drop for Current {
     fn drop(&mut self) {
-        self.recorder.abort();
+        // A session dropped because it was lost keeps its recorder: the worker
+        // may see the loss before the recorder has run (a client that reports it
+        // from the worker's own call, Kubernetes at release), and it finishes as
+        // soon as it runs.
+        if !self.is_lost() {
+            self.recorder.abort();
+        }
     }
 }
 

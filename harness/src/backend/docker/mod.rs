@@ -239,6 +239,7 @@ impl DockerBackend {
                     version,
                     backend: "docker".into(),
                     backend_reason: String::new(),
+                    access: None,
                 };
                 Ok((backend, deployment))
             }

@@ -63,6 +63,7 @@ impl crate::systems::System for Etcd {
         &self,
         _kind: ServiceKind,
         clients: &[SocketAddr],
+        _access: Option<&crate::systems::service::ServiceAccess>,
     ) -> Result<Arc<dyn LockService>> {
         Ok(Arc::new(service::EtcdService::connect(clients).await?))
     }

@@ -73,6 +73,7 @@ impl crate::systems::System for Redis {
         &self,
         kind: ServiceKind,
         clients: &[SocketAddr],
+        _access: Option<&crate::systems::service::ServiceAccess>,
     ) -> Result<Arc<dyn LockService>> {
         Ok(Arc::new(
             service::RedisService::connect(kind, self.redlock, clients).await?,

@@ -60,6 +60,7 @@ impl crate::systems::System for Zookeeper {
         &self,
         _kind: ServiceKind,
         clients: &[SocketAddr],
+        _access: Option<&crate::systems::service::ServiceAccess>,
     ) -> Result<Arc<dyn LockService>> {
         Ok(Arc::new(service::ZkService::connect(clients).await?))
     }
