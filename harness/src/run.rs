@@ -324,7 +324,11 @@ fn start_workers(
             id,
             lock: ClientConfig {
                 service: dep.service,
-                endpoints: links.service_endpoints(id),
+                endpoints: {
+                    let all = links.service_endpoints(id);
+                    let reach = crate::systems::system(dep.service).client_members(all.len());
+                    all.get(reach).map(<[String]>::to_vec).unwrap_or_default()
+                },
                 ttl: s.lock.ttl,
                 worker: id,
                 token: s.storage.token.mode(),

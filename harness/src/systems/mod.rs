@@ -48,6 +48,11 @@ pub trait System: Sync {
     fn member_count(&self, s: &Scenario) -> usize {
         s.cluster.members.0 as usize
     }
+    /// The members whose client endpoints the workers are given, of `n`
+    /// (Kubernetes: the apiserver only; the etcd under it is not the clients').
+    fn client_members(&self, n: usize) -> std::ops::Range<usize> {
+        0..n
+    }
     fn deploy(&self, s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>>;
     /// The deployments `fencecheck images` builds an image for, each with its
     /// name: an error skips that image (not installed here), an error of the

@@ -296,11 +296,23 @@ fn random_id() -> i64 {
 #[async_trait::async_trait]
 impl LockClient for ExternalClient {
     async fn open_session(&mut self) -> Result<Session> {
-        let fields = json!({
+        let mut fields = json!({
             "service": self.cfg.service.as_str(),
             "endpoints": self.cfg.endpoints,
             "ttl_ms": self.cfg.ttl.as_millis() as u64,
         });
+        // A service that asks who is calling (Kubernetes): the run's token, the CA
+        // of its serving certificate and the name that certificate is for (the
+        // endpoints are the worker's proxies, not the service's address).
+        if let Some(a) = &self.cfg.access {
+            fields["bearer_token"] = json!(a.token);
+            fields["ca_pem"] = json!(a.ca_pem);
+            fields["tls_server_name"] = json!(a.server_name);
+        }
+        if let (Some(renew), Some(retry)) = (self.cfg.renew_deadline, self.cfg.retry_period) {
+            fields["renew_deadline_ms"] = json!(renew.as_millis() as u64);
+            fields["retry_period_ms"] = json!(retry.as_millis() as u64);
+        }
         let m = match self.call("open", fields, Some(REQUEST_TIMEOUT)).await {
             Ok(m) => m,
             Err(CallError::Failed(e) | CallError::Unknown(e) | CallError::Client(e)) => {

@@ -52,6 +52,9 @@ impl crate::systems::System for Kubernetes {
     fn member_count(&self, s: &Scenario) -> usize {
         s.cluster.members.0 as usize + 1
     }
+    fn client_members(&self, n: usize) -> std::ops::Range<usize> {
+        n.saturating_sub(1)..n
+    }
     fn deploy(&self, _s: &Scenario, say: &dyn Fn(&str)) -> Result<Box<dyn Deploy>> {
         Ok(Box::new(members::KubeDeploy::find(say)?))
     }
