@@ -182,6 +182,13 @@ else
   say "chromium missing (the report tests open report.html in it)"
   apt_install chromium
 fi
+# kube-apiserver 1.20.2 for the kubernetes lock system, built from Debian's kubernetes
+# source package into the cache (~7.5 min on a fresh 2-core machine, once; it checks the
+# binary's --version and the unpacked tree, and skips what is there). Before the
+# adapters: clients/go-leaderelection builds against the same tree.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=ci/kubernetes.sh
+. "$ROOT/ci/kubernetes.sh"
 # The lock-client adapters (clients/<name>/setup.sh): each checks what its library
 # needs (a file, a version) and installs or builds what is missing. Sourced, so they
 # share say, die, apt_install, prints and debian_python_import. (The harness's own
