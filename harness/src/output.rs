@@ -180,6 +180,32 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             u.max_ms,
             if lb { " (lower bound: HTTP storage)" } else { "" }
         );
+        if u.holds > 0 {
+            let p = &u.post_loss;
+            let n = p.told + p.untold;
+            let (br, ba) = (
+                floor(p.before.writes_refused, lb),
+                floor(p.before.writes_accepted, lb),
+            );
+            let text = if p.told == 0 {
+                format!(
+                    "0 of {n} unsafe holders said they had lost the lock before letting go: \
+                     every write of the windows came before they knew ({br} refused, {ba} accepted)"
+                )
+            } else {
+                format!(
+                    "{} of {n} unsafe holders said they had lost the lock before letting go, p50 \
+                     {:.0} ms (max {:.0} ms) after it went; before they knew: {br} writes \
+                     refused, {ba} accepted; after: {} refused, {} accepted",
+                    p.told,
+                    p.believed_p50_ms,
+                    p.believed_max_ms,
+                    floor(p.after.writes_refused, lb),
+                    floor(p.after.writes_accepted, lb),
+                )
+            };
+            let _ = writeln!(s, "  {:<13} {:<8} {text}", "post-loss", "finding");
+        }
     }
     // The one-line reason for every count marked as a lower bound.
     let mut reasons: Vec<&str> = Vec::new();

@@ -83,6 +83,39 @@ pub struct UnsafeWindow {
     /// from the client history), with the one-line reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<String>,
+    /// The post-loss action window: the same holds split at the moment the client
+    /// itself said its session was lost (an elector at its renew deadline, an
+    /// etcd client when its keepalive failed).
+    #[serde(default)]
+    pub post_loss: PostLoss,
+}
+
+/// How long old holders believed they still held, and what they did before and
+/// after they knew.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PostLoss {
+    /// Holds whose client said the session was lost before the hold ended.
+    pub told: u64,
+    /// Holds whose client never said so while holding (it let go first, or never
+    /// tells).
+    pub untold: u64,
+    /// For the told ones: session end at the service → the client's own word,
+    /// milliseconds (0 when the client knew first).
+    pub believed_p50_ms: f64,
+    pub believed_max_ms: f64,
+    /// Operations after the end and before the client knew (every operation of
+    /// an untold hold's window counts here).
+    pub before: OpCounts,
+    /// Operations after the client knew (a careful worker finishing its hold).
+    pub after: OpCounts,
+}
+
+/// A window's storage operations by what the fence did with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCounts {
+    pub reads: u64,
+    pub writes_refused: u64,
+    pub writes_accepted: u64,
 }
 
 fn outlived() -> String {
@@ -108,6 +141,15 @@ pub struct UnsafeHold {
     pub reads: u64,
     pub writes_refused: u64,
     pub writes_accepted: u64,
+    /// When the client said the session was lost (the worker's `keepalive-lost`),
+    /// if it did before the hold ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_told_ns: Option<u64>,
+    /// The window's operations before and after that.
+    #[serde(default)]
+    pub before_told: OpCounts,
+    #[serde(default)]
+    pub after_told: OpCounts,
 }
 
 /// The `token` check: is the token the client sent a fencing token at all, judged

@@ -13,7 +13,8 @@ pub mod findings;
 pub mod html;
 pub mod timeline;
 pub use findings::{
-    Findings, GrantValidity, LateGrant, TokenCheck, TokenPair, UnsafeHold, UnsafeWindow,
+    Findings, GrantValidity, LateGrant, OpCounts, PostLoss, TokenCheck, TokenPair, UnsafeHold,
+    UnsafeWindow,
 };
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};

@@ -127,7 +127,7 @@ impl ProcessBackend {
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
         let deploy = system.deploy(scenario, say)?;
-        let n = system.member_count(scenario);
+        let n = scenario.member_count();
         let short = system.member_name();
         // Ports and peer proxies first: every member must know every advertised URL.
         let peer_ports = system.ports().peers.len();
@@ -193,10 +193,22 @@ impl ProcessBackend {
         };
         for (i, a) in addrs.iter().enumerate() {
             let what = format!("{svc} member {i} at {}", a.client);
-            if let Err(e) = crate::systems::system(svc)
-                .wait_ready(&what, a.client, READY_DEADLINE)
-                .await
-            {
+            let ready = crate::systems::system(svc).wait_ready(&what, a.client, READY_DEADLINE);
+            tokio::pin!(ready);
+            // A member that exits (a bad flag, a bad key file) is said at once, not
+            // after the whole readiness deadline.
+            let res = loop {
+                tokio::select! {
+                    r = &mut ready => break r,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                        let m = &mut backend.members[i];
+                        if let Some(st) = m.child.as_mut().and_then(|c| c.exited()) {
+                            break Err(anyhow::anyhow!("{what} exited ({st}) before it was ready"));
+                        }
+                    }
+                }
+            };
+            if let Err(e) = res {
                 let log = backend.members[i].log.display().to_string();
                 backend.stop().await;
                 return Err(e.context(format!("see {log}")));

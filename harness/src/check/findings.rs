@@ -9,7 +9,10 @@
 //!   operation of that hold), or had already ended when the grant was told
 //!   (`granted-dead`: unsafe from its first operation, the window is the whole
 //!   hold); it counts what the fence did with those operations, as the storage
-//!   logged them, or as the workers recorded them when there is no log.
+//!   logged them, or as the workers recorded them when there is no log. Its
+//!   post-loss split cuts each window where the client itself said the session
+//!   was lost (the worker's `keepalive-lost`: an elector at its renew deadline):
+//!   what the old holder did while it still believed, and after it knew.
 //!
 //! A grant's session is the one the service created its entry under, as
 //! observed (`Created`), not the one the worker was told of: an external client
@@ -18,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use fencecheck_reports::{Findings, GrantValidity, LateGrant, UnsafeHold, UnsafeWindow};
+use fencecheck_reports::{Findings, GrantValidity, LateGrant, OpCounts, UnsafeHold, UnsafeWindow};
 use fencecheck_storage::{OpKind, Verdict};
 
 use super::Recorded;
@@ -242,6 +245,8 @@ fn unsafe_window(
     storage_log: bool,
 ) -> UnsafeWindow {
     let mut w = UnsafeWindow::default();
+    let told = client_told(rec);
+    let mut believed: Vec<f64> = Vec::new();
     for h in super::mutex::holds(rec) {
         let Some(session) = session_of(sessions, Some(&h.key), h.revision, h.lease) else {
             continue;
@@ -274,7 +279,16 @@ fn unsafe_window(
             reads: 0,
             writes_refused: 0,
             writes_accepted: 0,
+            client_told_ns: None,
+            before_told: OpCounts::default(),
+            after_told: OpCounts::default(),
         };
+        // The client's own word on the worker's session (the one it was told of),
+        // if it came before the hold ended.
+        u.client_told_ns = told
+            .get(&(h.worker, h.lease.unwrap_or(session)))
+            .copied()
+            .filter(|&t| t <= h.end_ns);
         for op in hold_ops(rec, h.worker, &h.key, h.revision, from, storage_log) {
             u.last_op_ns = u.last_op_ns.max(op.time_ns);
             match (op.read, op.accepted) {
@@ -282,7 +296,22 @@ fn unsafe_window(
                 (false, true) => u.writes_accepted += 1,
                 (false, false) => u.writes_refused += 1,
             }
+            let side = match u.client_told_ns {
+                Some(t) if op.time_ns >= t => &mut u.after_told,
+                _ => &mut u.before_told,
+            };
+            count(side, &op);
         }
+        let p = &mut w.post_loss;
+        match u.client_told_ns {
+            Some(t) => {
+                p.told += 1;
+                believed.push(t.saturating_sub(end) as f64 / 1e6);
+            }
+            None => p.untold += 1,
+        }
+        add(&mut p.before, &u.before_told);
+        add(&mut p.after, &u.after_told);
         u.window_ms = (u.last_op_ns - from) as f64 / 1e6;
         w.holds += 1;
         w.granted_dead += u64::from(granted_dead);
@@ -298,8 +327,38 @@ fn unsafe_window(
     w.p50_ms = percentile(&lens, 0.5);
     w.p90_ms = percentile(&lens, 0.9);
     w.max_ms = lens.last().copied().unwrap_or(0.0);
+    believed.sort_by(f64::total_cmp);
+    w.post_loss.believed_p50_ms = percentile(&believed, 0.5);
+    w.post_loss.believed_max_ms = believed.last().copied().unwrap_or(0.0);
     w.windows.truncate(MAX_WINDOWS);
     w
+}
+
+/// (worker, session) → when the client first said that session was lost.
+fn client_told(rec: &Recorded) -> HashMap<(u32, i64), u64> {
+    let mut out: HashMap<(u32, i64), u64> = HashMap::new();
+    for e in rec.events.iter().filter(|e| e.f == F::KeepaliveLost) {
+        let (Some(w), Some(s)) = (e.process.worker(), e.session) else {
+            continue;
+        };
+        let t = out.entry((w, s)).or_insert(e.time_ns);
+        *t = (*t).min(e.time_ns);
+    }
+    out
+}
+
+fn count(c: &mut OpCounts, op: &HoldOp) {
+    match (op.read, op.accepted) {
+        (true, _) => c.reads += 1,
+        (false, true) => c.writes_accepted += 1,
+        (false, false) => c.writes_refused += 1,
+    }
+}
+
+fn add(to: &mut OpCounts, c: &OpCounts) {
+    to.reads += c.reads;
+    to.writes_refused += c.writes_refused;
+    to.writes_accepted += c.writes_accepted;
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -396,6 +455,60 @@ mod tests {
             (d.kind.as_str(), d.worker, d.last_op_ns),
             ("granted-dead", 1, 300)
         );
+    }
+
+    #[test]
+    fn the_post_loss_split_cuts_a_window_where_the_client_said_it_lost_the_lock() {
+        let mut lost = ev(160, 0, EventType::Info, F::KeepaliveLost, 1, None);
+        lost.key = None;
+        let events = vec![
+            ev(10, 0, EventType::Invoke, F::Acquire, 1, None),
+            ev(20, 0, EventType::Ok, F::Acquire, 1, Some(5)),
+            // The service ends session 1 at 100; the client says so at 160.
+            lost,
+            ev(200, 0, EventType::Invoke, F::Release, 1, Some(5)),
+            // Worker 1 outlives its session (ends at 300) and never says so.
+            ev(210, 1, EventType::Invoke, F::Acquire, 2, None),
+            ev(220, 1, EventType::Ok, F::Acquire, 2, Some(9)),
+            ev(400, 1, EventType::Invoke, F::Release, 2, Some(9)),
+        ];
+        let storage = vec![
+            op(120, 0, 5, OpKind::Write, Verdict::Accepted),
+            op(150, 0, 5, OpKind::Write, Verdict::RejectedStale),
+            op(180, 0, 5, OpKind::Write, Verdict::RejectedStale),
+            op(350, 1, 9, OpKind::Write, Verdict::Accepted),
+        ];
+        let mut rec = Recorded::new(events, storage);
+        rec.observations = Some(vec![
+            Observation::SessionEnded {
+                time_ns: 100,
+                session: 1,
+                worker: Some(0),
+            },
+            Observation::SessionEnded {
+                time_ns: 300,
+                session: 2,
+                worker: Some(1),
+            },
+        ]);
+        let u = check(&rec, true).unsafe_window;
+        assert_eq!(u.holds, 2, "{u:?}");
+        let p = &u.post_loss;
+        assert_eq!((p.told, p.untold), (1, 1), "{p:?}");
+        assert!((p.believed_max_ms - 60e-6).abs() < 1e-12, "{p:?}");
+        // Before it knew: worker 0's two writes at 120 and 150, worker 1's at 350.
+        assert_eq!(
+            (p.before.writes_accepted, p.before.writes_refused),
+            (2, 1),
+            "{p:?}"
+        );
+        assert_eq!(
+            (p.after.writes_accepted, p.after.writes_refused),
+            (0, 1),
+            "{p:?}"
+        );
+        let w0 = u.windows.iter().find(|w| w.worker == 0).expect("worker 0");
+        assert_eq!(w0.client_told_ns, Some(160));
     }
 
     #[test]

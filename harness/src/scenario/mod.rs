@@ -571,6 +571,13 @@ impl Scenario {
         }
     }
 
+    /// How many members the run starts: `[cluster] members`, and on Kubernetes
+    /// the apiserver after them (`member:N` with N = members targets it).
+    pub fn member_count(&self) -> usize {
+        let n = self.cluster.members.0 as usize;
+        n + usize::from(self.lock.service == ServiceKind::Kubernetes)
+    }
+
     /// The scenario file `arg` names (see [`locate`]).
     pub fn locate(arg: &Path) -> Result<std::path::PathBuf, ScenarioError> {
         locate(arg)

@@ -417,7 +417,7 @@ fn fault_rules(
             ),
         ));
     }
-    let members = s.cluster.members.0;
+    let members = s.member_count() as u8;
     if let Target::Member(m) = t {
         if m >= members {
             return Err(ferr(

@@ -44,10 +44,6 @@ pub trait System: Sync {
     fn ports(&self) -> Ports;
     /// The deployment side, finding (or provisioning) its binaries: the members'
     /// backend-neutral specs and its image.
-    /// How many members a run has (Kubernetes: its etcd members and the apiserver).
-    fn member_count(&self, s: &Scenario) -> usize {
-        s.cluster.members.0 as usize
-    }
     /// The members whose client endpoints the workers are given, of `n`
     /// (Kubernetes: the apiserver only; the etcd under it is not the clients').
     fn client_members(&self, n: usize) -> std::ops::Range<usize> {

@@ -112,6 +112,30 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         "<p>window p50 {:.0} ms · p90 {:.0} ms · max {:.0} ms</p>",
         u.p50_ms, u.p90_ms, u.max_ms
     );
+    if u.holds > 0 {
+        let p = &u.post_loss;
+        let _ = writeln!(
+            h,
+            "<h4 id=\"post-loss\">Post-loss action window</h4>\n<p>The same windows cut where \
+             the client itself said it had lost the lock (an elector at its renew deadline, \
+             a keepalive that failed): {} of {} unsafe holders said so before letting go, \
+             p50 {:.0} ms (max {:.0} ms) after the service had moved on.</p>\n\
+             <table class=\"grid small\" id=\"post-loss-split\"><thead><tr><th></th>\
+             <th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n\
+             <tr><td>before it knew</td><td>{}</td><td>{}</td><td>{}</td></tr>\n\
+             <tr><td>after it knew</td><td>{}</td><td>{}</td><td>{}</td></tr>\n</tbody></table>",
+            p.told,
+            p.told + p.untold,
+            p.believed_p50_ms,
+            p.believed_max_ms,
+            p.before.writes_refused,
+            p.before.writes_accepted,
+            p.before.reads,
+            p.after.writes_refused,
+            p.after.writes_accepted,
+            p.after.reads,
+        );
+    }
     if !u.windows.is_empty() {
         h.push_str("<table class=\"grid small\" id=\"unsafe-windows\"><thead><tr><th>kind</th><th>worker</th><th>key</th><th>grant</th><th>session</th><th>session ended</th><th>last operation</th><th>window</th><th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n");
         for w in u.windows.iter().take(super::MAX_LISTED) {

@@ -21,6 +21,9 @@ pub const PORTS: Ports = crate::systems::etcd::members::PORTS;
 pub const VERSION: &str = "1.20.2";
 /// The name the serving certificate is for (clients reach it through proxies).
 pub const SERVER_NAME: &str = "kubernetes";
+/// Test hook (not a user option): extra arguments for the apiserver, e.g. a bad
+/// flag, to exercise a failed start.
+const EXTRA_ARGS_ENV: &str = "FENCECHECK_TEST_APISERVER_EXTRA_ARGS";
 /// The etcd under the apiserver.
 const ETCD: EtcdVersion = EtcdVersion::V3_4;
 
@@ -195,6 +198,12 @@ impl KubeDeploy {
         ]
         .iter()
         .map(|s| s.to_string())
+        .chain(
+            std::env::var(EXTRA_ARGS_ENV)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string),
+        )
         .collect();
         MemberSpec {
             name: "kube-apiserver".into(),

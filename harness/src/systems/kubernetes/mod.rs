@@ -48,10 +48,6 @@ impl crate::systems::System for Kubernetes {
     fn ports(&self) -> Ports {
         members::PORTS
     }
-    /// The etcd members, then the apiserver.
-    fn member_count(&self, s: &Scenario) -> usize {
-        s.cluster.members.0 as usize + 1
-    }
     fn client_members(&self, n: usize) -> std::ops::Range<usize> {
         n.saturating_sub(1)..n
     }
