@@ -152,7 +152,7 @@ pub fn summary_line(o: &Outcome) -> String {
 
 pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
     let mut s =
-        String::from("\nscenario               service          resource            verdict   time    key counts\n");
+        String::from("\nscenario                    service           resource            verdict   time    key counts\n");
     for o in outcomes {
         let service = o
             .report
@@ -169,7 +169,7 @@ pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
             })
             .unwrap_or_else(|| "-".into());
         s.push_str(&format!(
-            "{:<22} {:<16} {:<19} {:<7} {:>6.1}s   {}\n",
+            "{:<27} {:<17} {:<19} {:<7} {:>6.1}s   {}\n",
             o.name,
             service,
             resource,
