@@ -9,6 +9,7 @@ pub mod assess;
 pub mod backend;
 pub mod check;
 pub mod cli;
+pub mod clockshim;
 pub mod images;
 pub mod junit;
 pub mod links;

@@ -219,7 +219,8 @@ async fn drive(
         .connect(dep.service, &dep.clients, dep.access.as_ref())
         .await?;
     let observer = Observer::start(service.clone(), &run.dir)?;
-    let mut workers = start_workers(run, dep, &links, end_ns)?;
+    let worker_clocks = worker_clocks(run)?;
+    let mut workers = start_workers(run, dep, &links, end_ns, &worker_clocks)?;
     let world = World {
         service,
         members: dep.clients.len(),
@@ -230,6 +231,7 @@ async fn drive(
             .collect::<HashMap<u32, u32>>(),
         backend,
         links,
+        worker_clocks,
     };
     let nem = Nemesis::new(world, &run.dir.join(rundir::NEMESIS_EVENTS), run.seed)?;
     run.say(&format!(
@@ -310,11 +312,40 @@ fn write_run_info(
     assess::write_run_info(&run.dir, &info)
 }
 
+/// The workers' clockshim offset files, when the scenario steps a worker's clock
+/// (an elector's, `clock-jump` with a worker target): every worker runs under
+/// clockshim then, so any can be the target; each file starts at 0.
+fn worker_clocks(run: &Run<'_>) -> Result<HashMap<u32, PathBuf>> {
+    let s = run.s;
+    let jumps = s
+        .faults
+        .iter()
+        .any(|f| f.kind == crate::scenario::FaultKind::ClockJump && f.target.is_worker());
+    if !jumps {
+        return Ok(HashMap::new());
+    }
+    let shim = crate::clockshim::path();
+    anyhow::ensure!(
+        shim.is_file(),
+        "clock-jump of a worker needs clockshim at {}: run ci/bootstrap.sh (it builds \
+         clockshim/clockshim.c with cc)",
+        shim.display()
+    );
+    let mut out = HashMap::new();
+    for id in 0..s.workload.workers {
+        let file = run.dir.join(format!("worker-{id}.clock-offset-ns"));
+        crate::clockshim::write_offset(&file, 0)?;
+        out.insert(id, file);
+    }
+    Ok(out)
+}
+
 fn start_workers(
     run: &Run<'_>,
     dep: &Deployment,
     links: &Links,
     end_ns: u64,
+    clocks: &HashMap<u32, PathBuf>,
 ) -> Result<Vec<Child>> {
     let s = run.s;
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
@@ -363,6 +394,11 @@ fn start_workers(
         cmd.arg("worker")
             .arg("--config")
             .arg(serde_json::to_string(&cfg).context("worker config")?);
+        // The adapter the worker starts inherits both.
+        if let Some(file) = clocks.get(&id) {
+            cmd.env("LD_PRELOAD", crate::clockshim::path())
+                .env(crate::clockshim::OFFSET_ENV, file);
+        }
         workers.push(spawn(
             &format!("worker {id}"),
             cmd,

@@ -182,7 +182,7 @@ fn redlock_owner_value_is_not_an_order() {
 /// right after it, one set after it lives its TTL, and TIME moved.
 #[test]
 fn clockshim_steps_a_redis_clock_and_expires_keys_early() {
-    let shim = fencecheck::systems::redis::members::clockshim_path();
+    let shim = fencecheck::clockshim::path();
     assert!(shim.is_file(), "no {}: run ci/bootstrap.sh", shim.display());
     let dir = tempfile::tempdir().expect("tmp");
     let offset = dir.path().join("offset");

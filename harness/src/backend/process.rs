@@ -290,10 +290,7 @@ impl ProcessBackend {
             .clock_file
             .as_ref()
             .context("this member runs without clockshim: its clock cannot be stepped")?;
-        let old = read_offset(file);
-        let new = old.saturating_add(i64::try_from(by.as_nanos()).unwrap_or(i64::MAX));
-        write_offset(file, new)?;
-        Ok((old, new))
+        crate::clockshim::step(file, by)
     }
 
     /// SIGKILLs member `i` (its data stays).
@@ -463,20 +460,4 @@ impl StorageSpec {
         cmd.args(&self.args);
         spawn("storage", cmd, &self.log)
     }
-}
-
-/// clockshim's offset now (0 when its file holds nothing readable).
-fn read_offset(path: &Path) -> i64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Writes clockshim's offset whole: a rename, so it never reads half a number.
-fn write_offset(path: &Path, ns: i64) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{ns}\n"))
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }

@@ -67,6 +67,9 @@ pub struct World {
     pub workers: HashMap<u32, u32>,
     pub backend: Arc<tokio::sync::Mutex<Backend>>,
     pub links: Arc<Links>,
+    /// Worker id → its clockshim offset file, for workers run under clockshim
+    /// (a scenario that steps a worker's clock).
+    pub worker_clocks: HashMap<u32, std::path::PathBuf>,
 }
 
 pub struct Nemesis {

@@ -217,7 +217,7 @@ fn targets_wanted(kind: FaultKind, t: Target) -> Option<&'static str> {
         }
         FaultKind::Delay | FaultKind::Partition => t.is_worker_link() || t.is_members(),
         FaultKind::Kill => t.is_members() || t == Target::Storage,
-        FaultKind::ClockJump => t.is_members(),
+        FaultKind::ClockJump => t.is_members() || t.is_worker(),
     };
     if fits {
         return None;
@@ -238,7 +238,9 @@ fn targets_wanted(kind: FaultKind, t: Target) -> Option<&'static str> {
              random-members) or storage"
         }
         FaultKind::ClockJump => {
-            "a member target (member:N, all-members, majority, minority, random-members)"
+            "a member target (member:N, all-members, majority, minority, random-members), \
+             or on kubernetes a worker target (holder, random-worker, all-workers, worker:N: \
+             the elector's own clock)"
         }
     })
 }

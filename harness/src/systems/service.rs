@@ -25,6 +25,9 @@ pub struct Capabilities {
     pub majority_minority: bool,
     /// `clock-jump`: its leases expire by a member's wall clock (Redis).
     pub clock_jump: bool,
+    /// `clock-jump` of a worker: its clients judge a lease's expiry by their own
+    /// clock (Kubernetes' electors), so a worker's clock is worth stepping.
+    pub client_clock: bool,
 }
 
 /// How the harness and the workers authenticate to a service that asks (the

@@ -34,6 +34,7 @@ impl crate::systems::System for Etcd {
             peer_links: true,
             majority_minority: true,
             clock_jump: false,
+            client_clock: false,
         }
     }
     fn runs_on_docker(&self) -> bool {

@@ -37,6 +37,7 @@ impl crate::systems::System for Kubernetes {
             peer_links: false,
             majority_minority: false,
             clock_jump: false,
+            client_clock: true,
         }
     }
     fn runs_on_docker(&self) -> bool {
@@ -86,5 +87,35 @@ impl crate::systems::System for Kubernetes {
         _cfg: &ClientConfig,
     ) -> Box<dyn crate::systems::external::owner::Owners> {
         Box::new(external::KubeOwners)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::assert_available;
+    use crate::scenario::BackendKind::{Docker, Process};
+    use crate::scenario::FaultKind::*;
+    use crate::scenario::ServiceKind;
+
+    /// Each fault kind is available where Kubernetes and the backend declare it.
+    #[test]
+    fn its_faults_are_available_where_it_and_the_backend_declare_them() {
+        assert_available(
+            ServiceKind::Kubernetes,
+            &[
+                (Process, ExpireSession, "holder", None),
+                (Process, RevokeLease, "holder", Some("expire-session")),
+                (Process, Pause, "leader", Some("leader")),
+                (Process, Pause, "member:0", None),
+                (Process, ClockJump, "holder", None),
+                (Docker, ClockJump, "holder", Some("process backend only")),
+                (Process, ClockJump, "member:0", Some("not available")),
+            ],
+        );
+        // A worker's clock is an elector's: etcd's clients do not judge expiry.
+        assert_available(
+            ServiceKind::Etcd,
+            &[(Process, ClockJump, "holder", Some("kubernetes"))],
+        );
     }
 }

@@ -23,15 +23,7 @@ pub const PORTS: Ports = Ports {
 /// Logged once the instance serves (after it has loaded its AOF, if any).
 const READY_LINE: &str = "Ready to accept connections";
 pub(super) const REDIS_SERVER: &str = "/usr/bin/redis-server";
-/// The variable naming the clock-offset file clockshim reads (`clockshim/`).
-pub const CLOCK_OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
-
-/// clockshim, as `ci/bootstrap.sh` builds it into the cache.
-pub fn clockshim_path() -> PathBuf {
-    crate::systems::etcd::provision::cache_dir()
-        .join("clockshim")
-        .join("libclockshim.so")
-}
+use crate::clockshim::{path as clockshim_path, OFFSET_ENV as CLOCK_OFFSET_ENV};
 
 pub struct RedisDeploy {
     version: String,

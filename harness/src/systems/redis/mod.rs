@@ -41,6 +41,7 @@ impl crate::systems::System for Redis {
             peer_links: false,
             majority_minority: false,
             clock_jump: true,
+            client_clock: false,
         }
     }
     fn runs_on_docker(&self) -> bool {

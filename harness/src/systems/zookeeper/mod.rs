@@ -34,6 +34,7 @@ impl crate::systems::System for Zookeeper {
             peer_links: true,
             majority_minority: false,
             clock_jump: false,
+            client_clock: false,
         }
     }
     fn runs_on_docker(&self) -> bool {
