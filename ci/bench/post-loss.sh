@@ -33,7 +33,9 @@ OUT="${OUT:-$(mktemp -d)}"
 for f in "${FILES[@]}"; do
   name="$(basename "$f" .toml)"
   for seed in $(seq 1 "$SEEDS"); do
-    "$BIN" scenario "$f" --backend process --seed "$seed" --quiet --out "$OUT/$name-$seed" >/dev/null 2>&1 || true
+    # Each run's own output kept beside its directory: a run that ended early says why.
+    "$BIN" scenario "$f" --backend process --seed "$seed" --quiet --out "$OUT/$name-$seed" \
+      >"$OUT/$name-$seed.out" 2>&1 || true
   done
   python3 - "$OUT" "$name" "$SEEDS" <<'PY'
 import json, sys, statistics
@@ -46,6 +48,7 @@ for s in range(1, seeds + 1):
     try:
         r = json.load(open(f"{out}/{name}-{s}/report.json"))
     except OSError:
+        print(f"  seed {s}: no report (see {out}/{name}-{s}.out)")
         continue
     passed += bool(r.get("passed"))
     u = r["findings"]["unsafe_window"]
