@@ -30,6 +30,7 @@ if [ -z "$BIN" ]; then
 fi
 [ -x "$BIN" ] || { echo "post-loss.sh: no fencecheck binary (cargo build first)" >&2; exit 2; }
 OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
 for f in "${FILES[@]}"; do
   name="$(basename "$f" .toml)"
   for seed in $(seq 1 "$SEEDS"); do
