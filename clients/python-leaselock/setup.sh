@@ -17,14 +17,19 @@ if [ "$(pll_version)" = "$pll_want" ]; then
   say "python-leaselock adapter: $pll_venv imports kubernetes $pll_want"
 else
   say "python-leaselock adapter: making $pll_venv with kubernetes==$pll_want from PyPI"
-  # Debian's python3 needs python3-venv (ensurepip) to make a venv with pip in it.
-  /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+  pll_start=$SECONDS
   rm -rf "$pll_venv"
   mkdir -p "$(dirname "$pll_venv")"
-  /usr/bin/python3 -m venv "$pll_venv" || die "python-leaselock: python3 -m venv $pll_venv failed"
+  # Debian's python3 makes a venv with pip in it only with python3-venv (ensurepip's
+  # wheels): the check is making one.
+  if ! /usr/bin/python3 -m venv "$pll_venv" >/dev/null 2>&1; then
+    rm -rf "$pll_venv"
+    apt_install python3-venv
+    /usr/bin/python3 -m venv "$pll_venv" || die "python-leaselock: python3 -m venv $pll_venv failed"
+  fi
   "$pll_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "kubernetes==$pll_want" || die "python-leaselock: pip install kubernetes==$pll_want failed"
   [ "$(pll_version)" = "$pll_want" ] ||
     die "python-leaselock: $pll_venv still does not import kubernetes $pll_want"
-  say "python-leaselock adapter: $pll_venv imports kubernetes $pll_want"
+  say "python-leaselock adapter: $pll_venv imports kubernetes $pll_want ($((SECONDS - pll_start)) s)"
 fi
