@@ -31,8 +31,9 @@ type client struct {
 	out    *out
 	leases coordinationv1client.LeasesGetter
 	ttl    time.Duration
-	// Each acquire is a new candidate identity (as a restarted controller pod is), so a
-	// grant's identity in the Lease tells it apart from this client's earlier grants.
+	// The renew deadline and retry period open was given (0: from the TTL, timing).
+	renew, retry time.Duration
+	// Opens and acquires so far: the identity made up when the worker gives no owner.
 	opened   int64
 	acquires int64
 	el       *election
@@ -48,8 +49,10 @@ type election struct {
 }
 
 // open builds the client a controller builds from its kubeconfig: the apiserver at the
-// endpoint given (through the worker's fault proxy; the serving cert is for
-// IP:127.0.0.1, the proxy's address too), the bearer token, the CA file.
+// endpoint given (through the worker's fault proxy), the bearer token, the CA (PEM text:
+// a kubeconfig's certificate-authority-data), and the name the serving certificate is
+// for: the proxy's address is not in it, so the certificate is checked against that
+// name (a kubeconfig's tls-server-name).
 func (c *client) open(req request) (map[string]interface{}, error) {
 	if req.Service != "kubernetes" {
 		return nil, fmt.Errorf("service %q: this client speaks only to kubernetes", req.Service)
@@ -58,19 +61,26 @@ func (c *client) open(req request) (map[string]interface{}, error) {
 		// client-go talks to one apiserver URL (a load balancer in front of several).
 		return nil, fmt.Errorf("open with %d endpoints: client-go takes one apiserver", len(req.Endpoints))
 	}
-	if req.BearerToken == "" || req.CAFile == "" {
-		return nil, errors.New("open without bearer_token or ca_file")
+	if req.BearerToken == "" || req.CAPem == "" {
+		return nil, errors.New("open without bearer_token or ca_pem")
 	}
 	// The Lease stores whole seconds (leaseDurationSeconds); below 1 s client-go would
 	// write 0, which the apiserver refuses.
 	if req.TTLms < 1000 {
 		return nil, fmt.Errorf("ttl_ms %d: a Lease's duration is whole seconds, at least 1000", req.TTLms)
 	}
+	if req.RenewDeadlineMs < 0 || req.RetryPeriodMs < 0 {
+		return nil, fmt.Errorf("renew_deadline_ms %d, retry_period_ms %d: negative", req.RenewDeadlineMs, req.RetryPeriodMs)
+	}
 	c.stop()
 	cfg := &rest.Config{
-		Host:            "https://" + req.Endpoints[0],
-		BearerToken:     req.BearerToken,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: req.CAFile},
+		Host:        "https://" + req.Endpoints[0],
+		BearerToken: req.BearerToken,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: []byte(req.CAPem),
+			// Empty: the endpoint's host, as client-go does by default.
+			ServerName: req.TLSServerName,
+		},
 		// A request must not outlive the worker's patience; client-go's elector bounds
 		// its own renewals by RenewDeadline through the context.
 		Timeout: opTimeout,
@@ -80,19 +90,32 @@ func (c *client) open(req request) (map[string]interface{}, error) {
 		return nil, fmt.Errorf("client for %s: %v", cfg.Host, err)
 	}
 	c.leases, c.ttl = cs, time.Duration(req.TTLms)*time.Millisecond
+	c.renew = time.Duration(req.RenewDeadlineMs) * time.Millisecond
+	c.retry = time.Duration(req.RetryPeriodMs) * time.Millisecond
 	c.opened++
-	log.Printf("open %d: %s, ttl %s", c.opened, cfg.Host, c.ttl)
+	lease, renew, retry := c.timing()
+	log.Printf("open %d: %s (certificate checked for %q), lease %s, renew deadline %s, retry %s",
+		c.opened, cfg.Host, req.TLSServerName, lease, renew, retry)
 	// No session in the service: an elector's term lives in the Lease it writes.
 	return map[string]interface{}{"session": 0}, nil
 }
 
-// timing is client-go's three durations from the TTL. LeaseDuration is the TTL (how
-// long others wait after they last saw the record change). RenewDeadline = 2/3 of it,
-// client-go's own ratio (kube-controller-manager: 15 s / 10 s). RetryPeriod = 1/6 (the
-// default is 2/15): renewals every ttl/6 leave four tries inside the renew deadline and
-// keep RenewDeadline > 1.2 × RetryPeriod, which NewLeaderElector requires.
-func timing(ttl time.Duration) (lease, renew, retry time.Duration) {
-	return ttl, ttl * 2 / 3, ttl / 6
+// timing is client-go's three durations. LeaseDuration is the TTL (how long others wait
+// after they last saw the record change). RenewDeadline and RetryPeriod are open's
+// renew_deadline_ms and retry_period_ms; when not given, RenewDeadline = 2/3 of the TTL,
+// client-go's own ratio (kube-controller-manager: 15 s / 10 s), and RetryPeriod = 1/6
+// (the default is 2/15): renewals every ttl/6 leave four tries inside the renew deadline
+// and keep RenewDeadline > 1.2 × RetryPeriod, which NewLeaderElector requires (and
+// checks: values given that break it fail the acquire with client-go's own error).
+func (c *client) timing() (lease, renew, retry time.Duration) {
+	lease, renew, retry = c.ttl, c.ttl*2/3, c.ttl/6
+	if c.renew > 0 {
+		renew = c.renew
+	}
+	if c.retry > 0 {
+		retry = c.retry
+	}
+	return lease, renew, retry
 }
 
 // grantWrite is the Lease as the apiserver returned it from this elector's first
@@ -174,10 +197,15 @@ func (c *client) acquire(req request) (map[string]interface{}, error) {
 		return nil, fmt.Errorf("lock %q is not namespace/name", req.Lock)
 	}
 	c.acquires++
-	el := &election{
-		identity: fmt.Sprintf("%s-%d-%d-%d", os.Getenv("FENCECHECK_WORKER"), os.Getpid(), c.opened, c.acquires),
-		done:     make(chan struct{}),
+	// The identity is the owner the worker gives (the harness reads which worker and
+	// session hold the Lease off it); without one, a new candidate identity per acquire,
+	// as a restarted controller pod is, so a grant's holderIdentity tells it apart from
+	// this client's earlier ones.
+	identity := req.Owner
+	if identity == "" {
+		identity = fmt.Sprintf("%s-%d-%d-%d", os.Getenv("FENCECHECK_WORKER"), os.Getpid(), c.opened, c.acquires)
 	}
+	el := &election{identity: identity, done: make(chan struct{})}
 	grant := &grantWrite{}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -185,7 +213,7 @@ func (c *client) acquire(req request) (map[string]interface{}, error) {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: el.identity},
 	}
 	started := make(chan struct{})
-	lease, renew, retry := timing(c.ttl)
+	lease, renew, retry := c.timing()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   lease,
@@ -236,8 +264,10 @@ func (c *client) acquire(req request) (map[string]interface{}, error) {
 		// What a client-go user has: LeaderElectionRecord.LeaderTransitions.
 		"token":  transitions,
 		"tokens": tokens,
-		"entry":  ns + "/" + name,
-		"value":  el.identity,
+		// The Lease's name: what the harness's watch of namespace default records as
+		// the entry (the lock's namespace is the acquire's).
+		"entry": name,
+		"value": el.identity,
 	}
 	// resourceVersion is an opaque string to clients; on etcd it is the revision of the
 	// write, an integer, which is the service's order of grants.

@@ -70,6 +70,11 @@ class Adapter:
             fail(f"{self.name}: exited ({self.p.wait()})")
         return v, at
 
+    def owner(self):
+        """A new holder identity, in the harness's `<worker>:<pid>:<session>:0` form."""
+        self.acquires = getattr(self, "acquires", 0) + 1
+        return f"{self.name}:{self.p.pid}:{self.acquires}:0"
+
     def send(self, op, **fields):
         rid = self.next_id
         self.next_id += 1
@@ -188,19 +193,21 @@ def main():
         ep = env["KUBE_ENDPOINT"].removeprefix("https://")
         host, port = ep.rsplit(":", 1)
         opened = dict(service="kubernetes", ttl_ms=ttl_ms,
-                      bearer_token=env["KUBE_TOKEN"], ca_file=env["KUBE_CA"])
+                      bearer_token=env["KUBE_TOKEN"], ca_pem=open(env["KUBE_CA"]).read())
         a, b = Adapter("A"), Adapter("B")
         procs += [a, b]
-        # Each through its own proxy (the certificate is for 127.0.0.1, the proxy's too).
+        # Each through its own proxy. The smoke script's certificate is for IP:127.0.0.1,
+        # the proxies' address too, so no tls_server_name is sent (the harness's is for
+        # the name "kubernetes" and sends it).
         for x in (a, b):
             x.proxy = Proxy((host, int(port)))
             x.opened = dict(opened, endpoints=[x.proxy.addr])
             x.call("open", **x.opened)
         holder, waiter = a, b
-        grant, _ = holder.call("acquire", lock=LOCK)
+        grant, _ = holder.call("acquire", lock=LOCK, owner=holder.owner())
         rows = []
         for r in range(rounds):
-            rid = waiter.send("acquire", lock=LOCK)
+            rid = waiter.send("acquire", lock=LOCK, owner=waiter.owner())
             time.sleep(ttl_ms / 1000)  # a whole lease duration: the waiter must not get it
             if not waiter.lines.empty():
                 fail(f"{waiter.name} was answered while {holder.name} led: {waiter.lines.get()}")
@@ -233,7 +240,7 @@ def main():
         # deadline, the other starts after the lease duration; measured, not assumed.
         gaps = []
         for r in range(rounds):
-            rid = waiter.send("acquire", lock=LOCK)
+            rid = waiter.send("acquire", lock=LOCK, owner=waiter.owner())
             time.sleep(ttl_ms / 1000)
             holder.proxy.cut_now = True
             t_cut = time.monotonic()
@@ -249,7 +256,7 @@ def main():
             holder.call("open", **holder.opened)
             holder, waiter, grant = waiter, holder, g2
         # A release hands over at once: ReleaseOnCancel clears the holder.
-        rid = waiter.send("acquire", lock=LOCK)
+        rid = waiter.send("acquire", lock=LOCK, owner=waiter.owner())
         time.sleep(0.5)
         _, t_rel = holder.call("release")
         g3, t_g3 = waiter.answer(rid, 30)

@@ -29,10 +29,17 @@ type request struct {
 	Endpoints []string `json:"endpoints"`
 	TTLms     int64    `json:"ttl_ms"`
 	Lock      string   `json:"lock"`
-	// open, for service "kubernetes": the apiserver's bearer token and the PEM file of
-	// the CA that signed its serving certificate (clients/README.md).
-	BearerToken string `json:"bearer_token"`
-	CAFile      string `json:"ca_file"`
+	// open, for service "kubernetes" (docs/client-protocol.md): the apiserver's bearer
+	// token, the PEM text of the CA that signed its serving certificate, the name that
+	// certificate is for (not the proxy's address), and the elector's timing.
+	BearerToken     string `json:"bearer_token"`
+	CAPem           string `json:"ca_pem"`
+	TLSServerName   string `json:"tls_server_name"`
+	RenewDeadlineMs int64  `json:"renew_deadline_ms"`
+	RetryPeriodMs   int64  `json:"retry_period_ms"`
+	// acquire: the identity the elector must write as the Lease's holderIdentity (the
+	// harness reads worker, pid and session off it).
+	Owner string `json:"owner"`
 }
 
 // out writes protocol lines. The elector's OnStoppedLeading sends session-lost from

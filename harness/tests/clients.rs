@@ -90,3 +90,25 @@ fn curator() {
 fn redis_py() {
     adapter("redis-py-pause", "redis-py-no-fencing");
 }
+
+/// client-go's LeaderElector on a Lease (kube-apiserver 1.20.2): fenced on
+/// leaseTransitions, every woken leader refused; unfenced, its late writes land.
+#[test]
+fn client_go() {
+    let r = adapter("client-go-pause", "client-go-no-fencing");
+    // Each grant counts one more transition: the token is in grant order.
+    assert_eq!(
+        n(&r["checks"]["token"]["regressions"]),
+        0,
+        "client-go-pause: {}",
+        r["checks"]["token"]
+    );
+}
+
+/// The Python client's LeaderElection on a LeaseLock (kubernetes 37.0.2): fenced on
+/// the acquiring write's resourceVersion, every woken leader refused; unfenced, its
+/// late writes land.
+#[test]
+fn python_leaselock() {
+    adapter("python-leaselock-pause", "python-leaselock-no-fencing");
+}
