@@ -37,8 +37,13 @@ pub fn write_offset(path: &Path, ns: i64) -> Result<()> {
 
 /// Steps the clock behind `file` forward by `by`; the offsets before and after (ns).
 pub fn step(file: &Path, by: std::time::Duration) -> Result<(i64, i64)> {
+    step_ns(file, i64::try_from(by.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Steps the clock behind `file` by `ns` (negative: backward).
+pub fn step_ns(file: &Path, ns: i64) -> Result<(i64, i64)> {
     let old = read_offset(file);
-    let new = old.saturating_add(i64::try_from(by.as_nanos()).unwrap_or(i64::MAX));
+    let new = old.saturating_add(ns);
     write_offset(file, new)?;
     Ok((old, new))
 }

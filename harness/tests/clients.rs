@@ -112,3 +112,39 @@ fn client_go() {
 fn python_leaselock() {
     adapter("python-leaselock-pause", "python-leaselock-no-fencing");
 }
+
+/// The same deposed leader, its wall clock stepped back 10 s while its renewals
+/// fail: how long after the Lease moved on it says it lost the lock (the post-loss
+/// window's `believed`), in milliseconds.
+fn believed_after_a_step_back(name: &str) -> f64 {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let (o, r) = run_scenario(&format!("clients/{name}"), &[], &out);
+    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
+    assert_eq!(r["problems"], serde_json::json!([]), "{name}");
+    // Two leaders, one hold each: the deposed one and the one that took over.
+    assert!(
+        n(&r["checks"]["token"]["grants"]) >= 2,
+        "{name}: {}",
+        r["checks"]["token"]
+    );
+    assert_nothing_left(&out);
+    let p = &r["findings"]["unsafe_window"]["post_loss"];
+    assert_eq!(n(&p["told"]), 1, "{name}: {p}");
+    // The step reached the electors (the nemesis read every offset file back).
+    let jumps = faults_of(&r, "clock-jump");
+    assert!(!jumps.is_empty(), "{name}: {}", r["faults"]);
+    p["believed_max_ms"].as_f64().expect("believed_max_ms")
+}
+
+/// The Python elector measures its renew deadline with `time.time()`: a step
+/// back keeps a deposed leader leading about that much longer. client-go's
+/// deadline is a monotonic timer: the same step changes nothing.
+#[test]
+fn a_wall_clock_step_back_keeps_the_python_elector_leading_not_client_go() {
+    let _g = serial();
+    let python = believed_after_a_step_back("python-leaselock-clock-jump");
+    let go = believed_after_a_step_back("client-go-clock-jump");
+    assert!(python > 9_000.0, "python believed {python} ms");
+    assert!(go < 6_000.0, "client-go believed {go} ms");
+}

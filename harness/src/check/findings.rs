@@ -285,10 +285,18 @@ fn unsafe_window(
         };
         // The client's own word on the worker's session (the one it was told of),
         // if it came before the hold ended.
-        u.client_told_ns = told
+        // An adapter whose library has no session (an elector: `open` answers
+        // session 0) says `session-lost` of session 0: that is the hold in
+        // progress.
+        let own = told
             .get(&(h.worker, h.lease.unwrap_or(session)))
-            .copied()
-            .filter(|&t| t <= h.end_ns);
+            .and_then(|ts| ts.first().copied());
+        let sessionless = told.get(&(h.worker, 0)).and_then(|ts| {
+            ts.iter()
+                .copied()
+                .find(|&t| t >= h.start_ns && t <= h.end_ns)
+        });
+        u.client_told_ns = own.filter(|&t| t <= h.end_ns).or(sessionless);
         for op in hold_ops(rec, h.worker, &h.key, h.revision, from, storage_log) {
             u.last_op_ns = u.last_op_ns.max(op.time_ns);
             match (op.read, op.accepted) {
@@ -334,15 +342,18 @@ fn unsafe_window(
     w
 }
 
-/// (worker, session) → when the client first said that session was lost.
-fn client_told(rec: &Recorded) -> HashMap<(u32, i64), u64> {
-    let mut out: HashMap<(u32, i64), u64> = HashMap::new();
+/// (worker, session) → when the client said that session was lost, earliest
+/// first.
+fn client_told(rec: &Recorded) -> HashMap<(u32, i64), Vec<u64>> {
+    let mut out: HashMap<(u32, i64), Vec<u64>> = HashMap::new();
     for e in rec.events.iter().filter(|e| e.f == F::KeepaliveLost) {
         let (Some(w), Some(s)) = (e.process.worker(), e.session) else {
             continue;
         };
-        let t = out.entry((w, s)).or_insert(e.time_ns);
-        *t = (*t).min(e.time_ns);
+        out.entry((w, s)).or_default().push(e.time_ns);
+    }
+    for ts in out.values_mut() {
+        ts.sort_unstable();
     }
     out
 }

@@ -92,11 +92,11 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
 /// Steps worker `w`'s clock (and its adapter's: a child, under the same shim) by
 /// `by`. Confirmed by reading the offset back: the worker's own clock is not one
 /// the harness can ask, and clockshim rereads the file at most a millisecond later.
-fn jump_worker(n: &Nemesis, w: u32, by: Duration) -> Result<serde_json::Value> {
+fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
     let Some(file) = n.world.worker_clocks.get(&w) else {
         bail!("worker {w} runs without clockshim");
     };
-    let (old, new) = crate::clockshim::step(file, by)?;
+    let (old, new) = crate::clockshim::step_ns(file, ns)?;
     let read = crate::clockshim::read_offset(file);
     if read != new {
         bail!("worker {w}'s offset file reads {read} ns after writing {new} ns");
@@ -128,15 +128,21 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
             Err(e) => errors.push(format!("member {m}: {e:#}")),
         }
     }
+    // Forward `by`, or backward `back` (an elector's clock only).
+    let ns = if p.back.is_zero() {
+        i64::try_from(p.by.as_nanos()).unwrap_or(i64::MAX)
+    } else {
+        -i64::try_from(p.back.as_nanos()).unwrap_or(i64::MAX)
+    };
     for &w in &workers {
-        match jump_worker(n, w, p.by) {
+        match jump_worker(n, w, ns) {
             Ok(what) => done.push(what),
             Err(e) => errors.push(format!("worker {w}: {e:#}")),
         }
     }
     start.detail = Some(serde_json::json!({
-        "action": "step the wall clock forward",
-        "by_ms": p.by.as_millis() as u64,
+        "action": if p.back.is_zero() { "step the wall clock forward" } else { "step the wall clock backward" },
+        "by_ms": ns / 1_000_000,
         "target": target.describe(),
         "done": done,
         "window_ms": p.duration.as_millis() as u64,

@@ -24,6 +24,8 @@ pub struct Planned {
     pub latency_jitter: Duration,
     /// clock-jump only: how far the clock steps forward.
     pub by: Duration,
+    /// clock-jump of an elector only: how far it steps backward (instead).
+    pub back: Duration,
 }
 
 /// Faults must end before the run does, so every paused process wakes and acts
@@ -74,6 +76,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 latency: latency.unwrap_or_default(),
                 latency_jitter: latency_jitter.unwrap_or_default(),
                 by: f.by().unwrap_or_default(),
+                back: f.back().unwrap_or_default(),
             }
         })
         .collect()

@@ -61,9 +61,9 @@ fault_table!(
     Kill { restart_after }
 );
 fault_table!(
-    /// `clock-jump`: the wall clock steps forward `by`; the window is `duration`
-    /// (default: the lock TTL).
-    ClockJump { by, duration }
+    /// `clock-jump`: the wall clock steps forward `by` (or, an elector's only,
+    /// backward `back`); the window is `duration` (default: the lock TTL).
+    ClockJump { by, back, duration }
 );
 
 /// A `[[fault]]` table, tagged by `kind`.
@@ -142,6 +142,14 @@ impl Fault {
         }
     }
 
+    /// clock-jump: how far the clock steps backward.
+    pub fn back(&self) -> Option<Duration> {
+        match self {
+            Fault::ClockJump(f) => f.back,
+            _ => None,
+        }
+    }
+
     /// How long one occurrence lasts, for the schedule (`ttl`: the lock's, the
     /// default window of a clock jump).
     pub fn window(&self, ttl: Duration) -> Duration {
@@ -190,6 +198,26 @@ impl Fault {
             }
         }
         if let Fault::ClockJump(c) = self {
+            if let Some(back) = c.back {
+                if c.by.is_some() {
+                    return Err((
+                        "back",
+                        "a clock-jump steps `by` forward or `back`, not both".into(),
+                    ));
+                }
+                if back < Duration::from_millis(1) {
+                    return Err(("back", "`back` must be at least 1ms".into()));
+                }
+                if !c.target.is_worker() {
+                    return Err((
+                        "back",
+                        "`back` steps an elector's clock (a worker target on kubernetes); a \
+                         member's clock steps forward only (`by`)"
+                            .into(),
+                    ));
+                }
+                return Ok(());
+            }
             match c.by {
                 None => {
                     return Err((
