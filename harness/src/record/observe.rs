@@ -88,6 +88,23 @@ impl ObservationWriter {
     }
 }
 
+/// Records that the observer lost its feed (`error`), then waits a little — or
+/// until `stop` — before the caller tries again.
+pub async fn gap(
+    out: &ObservationWriter,
+    error: String,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    out.write(&Observation::Gap {
+        time_ns: crate::record::history::monotonic_ns(),
+        error,
+    });
+    tokio::select! {
+        _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        _ = stop.changed() => {}
+    }
+}
+
 /// The owner value fencecheck's own key-value clients (Redis, Redlock) write
 /// into a lock key, and the observer records as a creation's `id`:
 /// `<worker>:<pid>:<session>:<nonce>`. The checks read the nonce from it.

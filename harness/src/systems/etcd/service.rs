@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 
 use crate::record::history::monotonic_ns;
-use crate::record::observe::{Observation, ObservationWriter};
+use crate::record::observe::{gap, Observation, ObservationWriter};
 use crate::scenario::ServiceKind;
 use crate::systems::etcd::client::{LOCK_PREFIX, OWNER_PREFIX};
 use crate::systems::service::{Holder, LockService, SessionOwner};
@@ -212,22 +212,6 @@ impl LockService for EtcdService {
                 return Ok(());
             }
         }
-    }
-}
-
-/// Records a gap in the feed and waits a little before reconnecting.
-async fn gap(
-    out: &ObservationWriter,
-    error: String,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) {
-    out.write(&Observation::Gap {
-        time_ns: monotonic_ns(),
-        error,
-    });
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-        _ = stop.changed() => {}
     }
 }
 

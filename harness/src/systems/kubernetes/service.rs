@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 
 use super::lease::{self, Record, HARNESS_IDENTITY};
 use crate::record::history::monotonic_ns;
-use crate::record::observe::{Observation, ObservationWriter};
+use crate::record::observe::{gap, Observation, ObservationWriter};
 use crate::scenario::ServiceKind;
 use crate::systems::service::{Holder, LockService, ServiceAccess, SessionOwner};
 
@@ -234,21 +234,6 @@ impl LockService for KubeService {
                 return Ok(());
             }
         }
-    }
-}
-
-async fn gap(
-    out: &ObservationWriter,
-    error: String,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) {
-    out.write(&Observation::Gap {
-        time_ns: monotonic_ns(),
-        error,
-    });
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-        _ = stop.changed() => {}
     }
 }
 
