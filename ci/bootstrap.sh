@@ -183,7 +183,7 @@ else
   apt_install chromium
 fi
 # kube-apiserver 1.20.2 for the kubernetes lock system, built from Debian's kubernetes
-# source package into the cache (~7.5 min on a fresh 2-core machine, once; it checks the
+# source package into the cache (5-7.5 min on a fresh 2-core machine, once; it checks the
 # binary's --version and the unpacked tree, and skips what is there). Before the
 # adapters: clients/go-leaderelection builds against the same tree.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -313,8 +313,9 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
         (
             "name = \"x\"\n[lock]\nservice = \"redis\"\n[storage]\ntoken = \"counter\"\n\
              [[fault]]\nkind = \"clock-jump\"\ntarget = \"holder\"\nat = \"2s\"\nby = \"1s\"\n",
-            8,
-            "does not fit",
+            // A worker's clock is an elector's (kubernetes): the plan refuses it here.
+            7,
+            "kubernetes",
         ),
         // `by` on another fault.
         (
