@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::backend::caps;
 use crate::nemesis::{self, Ask};
 use crate::scenario::{BackendKind, FaultKind, Scenario, ScenarioError, ServiceKind, Target};
+use crate::systems::Settings;
 
 /// Is a fault available for a service on a backend?
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +54,9 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 /// available; errors point at the scenario's own lines.
 pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
+    // The system's own rules first: they explain its tokens in its own words.
+    crate::systems::system(svc).check_scenario(s)?;
+    settings_rules(s)?;
     if backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
         return Err(s.source.error_at_key(
             "backend",
@@ -67,6 +71,57 @@ pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
             let message = format!("fault #{} ({}): {why}", i + 1, f.kind);
             return Err(s.source.error_at_fault(i, "kind", message));
         }
+    }
+    Ok(())
+}
+
+/// The `[lock]` settings and `[storage] token` names the scenario's system does
+/// not have, refused at their lines, naming the systems that do (asked of each).
+fn settings_rules(s: &Scenario) -> Result<(), ScenarioError> {
+    let svc = s.lock.service;
+    let own = crate::systems::system(svc).settings();
+    let having = |has: &dyn Fn(&Settings) -> bool| -> String {
+        let kinds: Vec<&str> = ServiceKind::ALL
+            .iter()
+            .filter(|k| has(&crate::systems::system(**k).settings()))
+            .map(|k| k.as_str())
+            .collect();
+        kinds.join(", ")
+    };
+    let err = |key: &str, message: String| s.source.error_at_key(key, message);
+    if !own.elector_timing {
+        for (key, set) in [
+            ("renew_deadline", s.lock.renew_deadline.is_some()),
+            ("retry_period", s.lock.retry_period.is_some()),
+        ] {
+            if set {
+                let who = having(&|x| x.elector_timing);
+                return Err(err(
+                    key,
+                    format!("lock.{key} is an elector's setting ({who}); {svc} has none"),
+                ));
+            }
+        }
+    }
+    if !own.persistence && s.lock.persistence.is_some() {
+        let who = having(&|x| x.persistence);
+        return Err(err(
+            "persistence",
+            format!("lock.persistence is a setting of {who}; {svc} keeps its data its own way"),
+        ));
+    }
+    let t = s.storage.token;
+    if s.client.is_none() && !own.tokens.contains(&t) {
+        let who = having(&|x| x.tokens.contains(&t));
+        let names: Vec<&str> = own.tokens.iter().map(|t| t.as_str()).collect();
+        return Err(err(
+            "token",
+            format!(
+                "storage.token = \"{}\" is not {svc}'s (it is {who}'s); {svc} has {}",
+                t.as_str(),
+                names.join(", ")
+            ),
+        ));
     }
     Ok(())
 }

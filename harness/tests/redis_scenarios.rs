@@ -294,7 +294,7 @@ fn bad_redis_scenarios_are_refused_with_file_and_line() {
         (
             "name = \"x\"\n[lock]\nservice = \"etcd\"\npersistence = \"none\"\n",
             4,
-            "Redis's",
+            "redis, redlock",
         ),
         // A clock jump on a service whose clock fencecheck cannot step...
         (

@@ -63,6 +63,14 @@ fn validate_refuses_what_the_service_or_backend_cannot_do() {
         // (scenario text, the line the error must name, a word it must say)
         ("name = \"x\"\n[lock]\nservice = \"consul\"\n", 3, "consul"),
         ("name = \"x\"\n[storage]\ntoken = \"czxid\"\n", 3, "czxid"),
+        // Another system's settings and tokens: refused naming the systems that have them.
+        ("name = \"x\"\n[storage]\ntoken = \"czxid\"\n", 3, "zookeeper"),
+        (
+            "name = \"x\"\n[lock]\npersistence = \"aof-always\"\n",
+            3,
+            "redis, redlock",
+        ),
+        ("name = \"x\"\n[lock]\nretry_period = \"1s\"\n", 3, "kubernetes"),
         (
             "name = \"x\"\n[lock]\nservice = \"zookeeper\"\n[cluster]\nversion = \"3.4\"\n",
             5,

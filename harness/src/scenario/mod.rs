@@ -18,7 +18,7 @@ mod expect;
 mod fault;
 mod fault_spec;
 mod locate;
-mod pg;
+mod storage;
 mod validate;
 
 pub use client::Client;
@@ -26,7 +26,7 @@ pub use expect::{Count, Expect, Holds};
 pub use fault::{FaultKind, Target};
 pub use fault_spec::{Fault, FaultSpec};
 pub use locate::{locate, shipped_names};
-pub use pg::{Isolation, SyncCommit};
+pub use storage::{Isolation, SyncCommit};
 pub use validate::{http_url, line_of_key, line_of_nth_table_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
@@ -77,6 +77,11 @@ pub struct Source {
 }
 
 impl Source {
+    /// Whether the file assigns `key` anywhere.
+    pub fn has_key(&self, key: &str) -> bool {
+        line_of_key(&self.text, key).is_some()
+    }
+
     /// An error at `key`'s first line.
     pub fn error_at_key(&self, key: &str, message: String) -> ScenarioError {
         ScenarioError {
@@ -287,6 +292,15 @@ pub enum ServiceKind {
 }
 
 impl ServiceKind {
+    /// Every kind, for questions asked of each system in turn.
+    pub const ALL: [ServiceKind; 5] = [
+        ServiceKind::Etcd,
+        ServiceKind::Zookeeper,
+        ServiceKind::Redis,
+        ServiceKind::Redlock,
+        ServiceKind::Kubernetes,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ServiceKind::Etcd => "etcd",
@@ -349,16 +363,6 @@ impl TokenName {
             TokenName::None => TokenMode::None,
             TokenName::Counter | TokenName::Transitions => TokenMode::Counter,
             TokenName::Owner => TokenMode::Owner,
-        }
-    }
-
-    /// The service this name belongs to, when it is one service's own word.
-    pub fn service(self) -> Option<ServiceKind> {
-        match self {
-            TokenName::Revision | TokenName::LeaseId => Some(ServiceKind::Etcd),
-            TokenName::Czxid | TokenName::SessionId => Some(ServiceKind::Zookeeper),
-            TokenName::Transitions => Some(ServiceKind::Kubernetes),
-            _ => None,
         }
     }
 
@@ -559,18 +563,6 @@ impl Scenario {
             .unwrap_or_default()
     }
 
-    /// The service version as the scenario asks for it (the service's default when
-    /// unset).
-    pub fn service_version(&self) -> String {
-        match (&self.cluster.version, self.lock.service) {
-            (Some(v), _) => v.clone(),
-            (None, ServiceKind::Etcd) => EtcdVersion::default().to_string(),
-            (None, ServiceKind::Zookeeper) => "3.8".into(),
-            (None, ServiceKind::Redis | ServiceKind::Redlock) => "7.0".into(),
-            (None, ServiceKind::Kubernetes) => "1.20".into(),
-        }
-    }
-
     /// How many members the run starts: `[cluster] members`, and on Kubernetes
     /// the apiserver after them (`member:N` with N = members targets it).
     pub fn member_count(&self) -> usize {
@@ -760,9 +752,7 @@ mutex_overlaps = ">0"
 
     #[test]
     fn cross_field_errors_point_at_the_field() {
-        let text = "name = \"x\"\n[lock]\nttl = \"1s\"\n";
-        let e = Scenario::parse(text, "t.toml").unwrap_err();
-        assert_eq!(e.line, Some(3), "{e}");
+        // A system's own rules (etcd's minimum TTL) are the plan's: systems/*/rules.rs.
         let text = "name = \"x\"\n[[fault]]\nkind = \"revoke-lease\"\nevery = \"1s\"\n[[fault]]\nkind = \"pause\"\nat = \"1s\"\n";
         let e = Scenario::parse(text, "t.toml").unwrap_err();
         assert!(e.message.contains("fault #2"), "{e}");

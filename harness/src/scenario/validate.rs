@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use super::{
-    Durability, EtcdVersion, Fencing, Scenario, ScenarioError, ServiceKind, StorageKind, Target,
-    TokenMode, TokenName,
+    Durability, Fencing, Scenario, ScenarioError, ServiceKind, StorageKind, Target, TokenMode,
 };
 
 pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
@@ -22,7 +21,6 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
     if s.duration < Duration::from_secs(1) {
         return Err(err("duration", "`duration` must be at least 1s".into()));
     }
-    service_rules(s, text, &err)?;
     let w = &s.workload;
     if w.workers == 0 || w.workers > 64 {
         return Err(err(
@@ -103,7 +101,7 @@ fn storage_rules(
         }
         (StorageKind::Fencecheck, None) | (StorageKind::Postgres, _) => {}
     }
-    super::pg::rules(s, err)?;
+    super::storage::rules(s, err)?;
     if st.kind == StorageKind::Http && st.durability != Durability::Flush {
         return Err(err(
             "durability",
@@ -133,262 +131,6 @@ pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
         path = format!("{path}?{q}");
     }
     Ok((host, port, path))
-}
-
-/// The service, its version, its TTL and its token names.
-fn service_rules(
-    s: &Scenario,
-    text: &str,
-    err: &dyn Fn(&str, String) -> ScenarioError,
-) -> Result<(), ScenarioError> {
-    let svc = s.lock.service;
-    if let Some(v) = &s.cluster.version {
-        let ok = match svc {
-            ServiceKind::Etcd => v.parse::<EtcdVersion>().is_ok(),
-            ServiceKind::Zookeeper => v == "3.8",
-            ServiceKind::Redis | ServiceKind::Redlock => v == "7.0",
-            ServiceKind::Kubernetes => v == "1.20",
-        };
-        if !ok {
-            let want = match svc {
-                ServiceKind::Etcd => "\"3.5\" or \"3.4\"",
-                ServiceKind::Zookeeper => "\"3.8\"",
-                ServiceKind::Redis | ServiceKind::Redlock => "\"7.0\" (Debian's redis-server)",
-                ServiceKind::Kubernetes => "\"1.20\" (kube-apiserver built from Debian's source)",
-            };
-            // Point at whichever spelling the file uses (`etcd` in 0.1 scenarios).
-            let key = if line_of_key(text, "version").is_some() {
-                "version"
-            } else {
-                "etcd"
-            };
-            return Err(err(
-                key,
-                format!("cluster.version = {v:?} is not available for {svc}; expected {want}"),
-            ));
-        }
-    }
-    let ttl = s.lock.ttl;
-    match svc {
-        ServiceKind::Etcd => {
-            if ttl < Duration::from_secs(2) {
-                return Err(err(
-                    "ttl",
-                    format!(
-                        "lock.ttl = {}: etcd's minimum lease TTL is 2s (it would silently raise \
-                         it); expected at least \"2s\"",
-                        humantime::format_duration(ttl)
-                    ),
-                ));
-            }
-            if ttl.subsec_nanos() != 0 {
-                return Err(err(
-                    "ttl",
-                    "lock.ttl: etcd leases have whole-second TTLs; expected e.g. \"2s\"".into(),
-                ));
-            }
-        }
-        ServiceKind::Zookeeper => {
-            // tickTime is 1 s: ZooKeeper negotiates session timeouts into [2, 20] ticks.
-            if ttl < Duration::from_secs(2) || ttl > Duration::from_secs(20) {
-                return Err(err(
-                    "ttl",
-                    format!(
-                        "lock.ttl = {}: ZooKeeper (tickTime 1s) negotiates session timeouts \
-                         between 2s and 20s; expected a value in that range",
-                        humantime::format_duration(ttl)
-                    ),
-                ));
-            }
-        }
-        ServiceKind::Redis | ServiceKind::Redlock => return redis_rules(s, text, err),
-        ServiceKind::Kubernetes => return kubernetes_rules(s, err),
-    }
-    if s.lock.renew_deadline.is_some() || s.lock.retry_period.is_some() {
-        let key = if s.lock.renew_deadline.is_some() {
-            "renew_deadline"
-        } else {
-            "retry_period"
-        };
-        return Err(err(
-            key,
-            format!("lock.{key} is Kubernetes leader election's; {svc} has none"),
-        ));
-    }
-    if s.lock.persistence.is_some() {
-        return Err(err(
-            "persistence",
-            format!("lock.persistence is Redis's (redis, redlock); {svc} keeps its own data"),
-        ));
-    }
-    if matches!(s.storage.token, TokenName::Counter | TokenName::Owner) {
-        return Err(err(
-            "token",
-            format!(
-                "storage.token = \"{}\" is Redis's (redis, redlock); {svc} has grant, session \
-                 or none",
-                s.storage.token.as_str()
-            ),
-        ));
-    }
-    if let Some(owner) = s.storage.token.service() {
-        if owner != svc {
-            return Err(err(
-                "token",
-                format!(
-                    "storage.token = \"{}\" is {owner}'s; {svc} has no such token (expected \
-                     grant, session or none{})",
-                    s.storage.token.as_str(),
-                    match svc {
-                        ServiceKind::Etcd => ", or etcd's names revision and lease-id",
-                        ServiceKind::Zookeeper => ", or ZooKeeper's names czxid and session-id",
-                        ServiceKind::Redis | ServiceKind::Redlock | ServiceKind::Kubernetes => "",
-                    }
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Kubernetes: the TTL is the Lease's `leaseDurationSeconds` (whole seconds), and
-/// the renew deadline and retry period obey client-go's own checks
-/// (`NewLeaderElector`: `LeaseDuration > RenewDeadline > 1.2 × RetryPeriod`).
-/// Tokens: `grant` (the acquiring write's resourceVersion), `transitions`
-/// (`leaseTransitions`), `none`.
-fn kubernetes_rules(
-    s: &Scenario,
-    err: &dyn Fn(&str, String) -> ScenarioError,
-) -> Result<(), ScenarioError> {
-    let l = &s.lock;
-    let fmt = |d: Duration| humantime::format_duration(d).to_string();
-    if l.ttl < Duration::from_secs(1) || l.ttl.subsec_nanos() != 0 {
-        return Err(err(
-            "ttl",
-            format!(
-                "lock.ttl = {}: a Lease's leaseDurationSeconds is whole seconds; expected e.g. \"3s\"",
-                fmt(l.ttl)
-            ),
-        ));
-    }
-    let (renew, retry) = (l.renew_deadline(), l.retry_period());
-    if renew >= l.ttl {
-        return Err(err(
-            if l.renew_deadline.is_some() {
-                "renew_deadline"
-            } else {
-                "ttl"
-            },
-            format!(
-                "lock.renew_deadline = {} is not below lock.ttl = {} (client-go refuses it: \
-                 leaseDuration must be greater than renewDeadline)",
-                fmt(renew),
-                fmt(l.ttl)
-            ),
-        ));
-    }
-    if retry.is_zero() || retry.mul_f64(1.2) >= renew {
-        return Err(err(
-            if l.retry_period.is_some() {
-                "retry_period"
-            } else {
-                "renew_deadline"
-            },
-            format!(
-                "lock.retry_period = {}: client-go wants renewDeadline ({}) above 1.2 × \
-                 retryPeriod, and a retry period above 0",
-                fmt(retry),
-                fmt(renew)
-            ),
-        ));
-    }
-    if s.lock.persistence.is_some() {
-        return Err(err(
-            "persistence",
-            "lock.persistence is Redis's (redis, redlock); kubernetes keeps its data in etcd"
-                .into(),
-        ));
-    }
-    let t = s.storage.token;
-    // An external client's token is `[client] token` (scenario/client.rs).
-    if s.client.is_none()
-        && !matches!(
-            t,
-            TokenName::Grant | TokenName::Transitions | TokenName::None
-        )
-    {
-        return Err(err(
-            "token",
-            format!(
-                "storage.token = \"{}\": kubernetes has grant (the acquiring write's \
-                 resourceVersion), transitions (leaseTransitions) or none",
-                t.as_str()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Redis and Redlock: instance count, TTL, tokens. The key's TTL is the lease
-/// (renewed every TTL/3 on `redis`); Redis has no order of grants a client can
-/// read, so `grant` and `session` are not tokens it has.
-fn redis_rules(
-    s: &Scenario,
-    text: &str,
-    err: &dyn Fn(&str, String) -> ScenarioError,
-) -> Result<(), ScenarioError> {
-    let svc = s.lock.service;
-    let n = s.cluster.members.0;
-    let members_key = if line_of_key(text, "members").is_some() {
-        "members"
-    } else {
-        "etcd_members"
-    };
-    if svc == ServiceKind::Redis && n != 1 {
-        return Err(err(
-            members_key,
-            format!(
-                "cluster.members = {n}: service = \"redis\" is one instance; for several \
-                 independent masters use service = \"redlock\""
-            ),
-        ));
-    }
-    if svc == ServiceKind::Redlock && (n < 3 || n.is_multiple_of(2)) {
-        return Err(err(
-            members_key,
-            format!(
-                "cluster.members = {n}: Redlock needs an odd number of at least 3 independent \
-                 masters (3 or 5), so that two majorities always share one"
-            ),
-        ));
-    }
-    let ttl = s.lock.ttl;
-    if ttl < Duration::from_millis(500) || !ttl.subsec_nanos().is_multiple_of(1_000_000) {
-        return Err(err(
-            "ttl",
-            format!(
-                "lock.ttl = {}: the Redis lock key's PX needs whole milliseconds, at least 500ms",
-                humantime::format_duration(ttl)
-            ),
-        ));
-    }
-    // An external client's token is `[client] token` (scenario/client.rs).
-    match s.storage.token {
-        _ if s.client.is_some() => {}
-        TokenName::Counter | TokenName::Owner | TokenName::None => {}
-        t => {
-            return Err(err(
-                "token",
-                format!(
-                    "storage.token = \"{}\" is not available for {svc}: Redis has no order of \
-                     grants a client can read and no sessions; expected counter (INCR in the \
-                     acquire script), owner (the random owner value) or none",
-                    t.as_str()
-                ),
-            ))
-        }
-    }
-    Ok(())
 }
 
 fn fault_rules(

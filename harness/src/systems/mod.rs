@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::scenario::{EtcdVersion, Scenario, ServiceKind};
+use crate::scenario::{EtcdVersion, Scenario, ScenarioError, ServiceKind, TokenName};
 use client::{ClientConfig, LockClient};
 use members::{Deploy, Ports};
 use service::{Capabilities, LockService, ServiceAccess};
@@ -34,6 +34,12 @@ use service::{Capabilities, LockService, ServiceAccess};
 pub trait System: Sync {
     /// What it can take, whatever the backend.
     fn capabilities(&self) -> Capabilities;
+    /// The scenario settings it has beyond the common ones; the plan refuses the
+    /// others, naming the systems that have them.
+    fn settings(&self) -> Settings;
+    /// Its own rules over a parsed scenario (version, TTL, members, tokens), each
+    /// error at the line of the field it names (`Scenario::source`).
+    fn check_scenario(&self, s: &Scenario) -> Result<(), ScenarioError>;
     /// Whether it has a docker deployment (`backend = "docker"`); `auto` runs the
     /// others as processes.
     fn runs_on_docker(&self) -> bool;
@@ -88,6 +94,43 @@ pub trait System: Sync {
     /// How an external adapter's sessions and grants on it are tied to their
     /// worker (its owner entries), for one worker.
     fn external_owners(&self, cfg: &ClientConfig) -> Box<dyn external::owner::Owners>;
+}
+
+/// The `[lock]` and `[storage] token` settings a system has.
+pub struct Settings {
+    /// `[storage] token` names it has (an external client's `[client] token`
+    /// is judged by `scenario/client.rs`, not here).
+    pub tokens: &'static [TokenName],
+    /// `[lock] persistence`.
+    pub persistence: bool,
+    /// `[lock] renew_deadline` and `retry_period` (an elector's timing).
+    pub elector_timing: bool,
+}
+
+/// A `[cluster] version` the system does not have, refused at the line of
+/// whichever spelling the file uses (`etcd` in 0.1 scenarios).
+pub fn version_refused(
+    s: &Scenario,
+    ok: impl Fn(&str) -> bool,
+    want: &str,
+) -> Result<(), ScenarioError> {
+    match &s.cluster.version {
+        Some(v) if !ok(v) => {
+            let key = if s.source.has_key("version") {
+                "version"
+            } else {
+                "etcd"
+            };
+            Err(s.source.error_at_key(
+                key,
+                format!(
+                    "cluster.version = {v:?} is not available for {}; expected {want}",
+                    s.lock.service
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The registry: the system behind a `[lock] service` kind.

@@ -6,7 +6,7 @@
 //!   the tables, the export of the log table to `storage.jsonl`;
 //! - `image.rs`: the docker backend's image; `docker.rs`: its container.
 //!
-//! The scenario's PostgreSQL settings stay in the config (`scenario/pg.rs`).
+//! The scenario's PostgreSQL settings stay in the config (`scenario/storage.rs`).
 
 mod client;
 pub mod docker;

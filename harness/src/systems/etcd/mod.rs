@@ -8,6 +8,7 @@ pub mod client;
 pub mod external;
 pub mod members;
 pub mod provision;
+pub mod rules;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -26,6 +27,15 @@ pub struct Etcd;
 
 #[async_trait::async_trait]
 impl crate::systems::System for Etcd {
+    fn settings(&self) -> crate::systems::Settings {
+        rules::SETTINGS
+    }
+    fn check_scenario(
+        &self,
+        s: &crate::scenario::Scenario,
+    ) -> Result<(), crate::scenario::ScenarioError> {
+        rules::check(s)
+    }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expire_session: true,

@@ -10,6 +10,7 @@ pub mod client;
 pub mod external;
 pub mod lease;
 pub mod members;
+pub mod rules;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -28,6 +29,15 @@ pub struct Kubernetes;
 
 #[async_trait::async_trait]
 impl crate::systems::System for Kubernetes {
+    fn settings(&self) -> crate::systems::Settings {
+        rules::SETTINGS
+    }
+    fn check_scenario(
+        &self,
+        s: &crate::scenario::Scenario,
+    ) -> Result<(), crate::scenario::ScenarioError> {
+        rules::check(s)
+    }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             // The harness writes a holder of its own into the Lease.

@@ -9,6 +9,7 @@ pub mod client;
 pub mod external;
 pub mod image;
 pub mod members;
+pub mod rules;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -30,6 +31,15 @@ pub struct Redis {
 
 #[async_trait::async_trait]
 impl crate::systems::System for Redis {
+    fn settings(&self) -> crate::systems::Settings {
+        rules::SETTINGS
+    }
+    fn check_scenario(
+        &self,
+        s: &crate::scenario::Scenario,
+    ) -> Result<(), crate::scenario::ScenarioError> {
+        rules::check(s)
+    }
     fn capabilities(&self) -> Capabilities {
         // expire-session deletes the holder's key(s). One Redis instance is its own
         // "leader"; Redlock's masters have none. Instances have no peers; their key

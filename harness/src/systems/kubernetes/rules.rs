@@ -1,0 +1,86 @@
+//! Kubernetes' scenario rules: the TTL is the Lease's `leaseDurationSeconds`
+//! (whole seconds), and the renew deadline and retry period obey client-go's own
+//! checks (`NewLeaderElector`: `LeaseDuration > RenewDeadline > 1.2 ×
+//! RetryPeriod`). Tokens: `grant` (the acquiring write's resourceVersion),
+//! `transitions` (`leaseTransitions`), `none`.
+
+use std::time::Duration;
+
+use crate::scenario::{Scenario, ScenarioError, TokenName};
+use crate::systems::Settings;
+
+pub const SETTINGS: Settings = Settings {
+    tokens: &[TokenName::Grant, TokenName::Transitions, TokenName::None],
+    persistence: false,
+    elector_timing: true,
+};
+
+pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
+    let err = |key: &str, message: String| s.source.error_at_key(key, message);
+    crate::systems::version_refused(
+        s,
+        |v| v == "1.20",
+        "\"1.20\" (kube-apiserver built from Debian's source)",
+    )?;
+
+    let l = &s.lock;
+    let fmt = |d: Duration| humantime::format_duration(d).to_string();
+    if l.ttl < Duration::from_secs(1) || l.ttl.subsec_nanos() != 0 {
+        return Err(err(
+            "ttl",
+            format!(
+                "lock.ttl = {}: a Lease's leaseDurationSeconds is whole seconds; expected e.g. \"3s\"",
+                fmt(l.ttl)
+            ),
+        ));
+    }
+    let (renew, retry) = (l.renew_deadline(), l.retry_period());
+    if renew >= l.ttl {
+        return Err(err(
+            if l.renew_deadline.is_some() {
+                "renew_deadline"
+            } else {
+                "ttl"
+            },
+            format!(
+                "lock.renew_deadline = {} is not below lock.ttl = {} (client-go refuses it: \
+                 leaseDuration must be greater than renewDeadline)",
+                fmt(renew),
+                fmt(l.ttl)
+            ),
+        ));
+    }
+    if retry.is_zero() || retry.mul_f64(1.2) >= renew {
+        return Err(err(
+            if l.retry_period.is_some() {
+                "retry_period"
+            } else {
+                "renew_deadline"
+            },
+            format!(
+                "lock.retry_period = {}: client-go wants renewDeadline ({}) above 1.2 × \
+                 retryPeriod, and a retry period above 0",
+                fmt(retry),
+                fmt(renew)
+            ),
+        ));
+    }
+    let t = s.storage.token;
+    // An external client's token is `[client] token` (scenario/client.rs).
+    if s.client.is_none()
+        && !matches!(
+            t,
+            TokenName::Grant | TokenName::Transitions | TokenName::None
+        )
+    {
+        return Err(err(
+            "token",
+            format!(
+                "storage.token = \"{}\": kubernetes has grant (the acquiring write's \
+                 resourceVersion), transitions (leaseTransitions) or none",
+                t.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
