@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::backend::caps;
 use crate::nemesis::{self, Ask};
 use crate::scenario::{BackendKind, FaultKind, Scenario, ScenarioError, ServiceKind, Target};
-use crate::systems::Settings;
+use crate::systems::Rules;
 
 /// Is a fault available for a service on a backend?
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
     // The system's own rules first: they explain its tokens in its own words.
-    crate::systems::system(svc).check_scenario(s)?;
+    (crate::systems::system(svc).rules().check)(s)?;
     settings_rules(s)?;
     if backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
         return Err(s.source.error_at_key(
@@ -79,11 +79,11 @@ pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
 /// not have, refused at their lines, naming the systems that do (asked of each).
 fn settings_rules(s: &Scenario) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
-    let own = crate::systems::system(svc).settings();
-    let having = |has: &dyn Fn(&Settings) -> bool| -> String {
+    let own = crate::systems::system(svc).rules();
+    let having = |has: &dyn Fn(&Rules) -> bool| -> String {
         let kinds: Vec<&str> = ServiceKind::ALL
             .iter()
-            .filter(|k| has(&crate::systems::system(**k).settings()))
+            .filter(|k| has(crate::systems::system(**k).rules()))
             .map(|k| k.as_str())
             .collect();
         kinds.join(", ")

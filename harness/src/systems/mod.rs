@@ -34,12 +34,8 @@ use service::{Capabilities, LockService, ServiceAccess};
 pub trait System: Sync {
     /// What it can take, whatever the backend.
     fn capabilities(&self) -> Capabilities;
-    /// The scenario settings it has beyond the common ones; the plan refuses the
-    /// others, naming the systems that have them.
-    fn settings(&self) -> Settings;
-    /// Its own rules over a parsed scenario (version, TTL, members, tokens), each
-    /// error at the line of the field it names (`Scenario::source`).
-    fn check_scenario(&self, s: &Scenario) -> Result<(), ScenarioError>;
+    /// Its scenario rules (its `rules.rs`), asked by the plan.
+    fn rules(&self) -> &'static Rules;
     /// Whether it has a docker deployment (`backend = "docker"`); `auto` runs the
     /// others as processes.
     fn runs_on_docker(&self) -> bool;
@@ -96,8 +92,13 @@ pub trait System: Sync {
     fn external_owners(&self, cfg: &ClientConfig) -> Box<dyn external::owner::Owners>;
 }
 
-/// The `[lock]` and `[storage] token` settings a system has.
-pub struct Settings {
+/// A system's scenario rules: the `[lock]` and `[storage] token` settings it has
+/// beyond the common ones (the plan refuses the others, naming the systems that
+/// have them), and its own checks.
+pub struct Rules {
+    /// Its own rules over a parsed scenario (version, TTL, members, tokens), each
+    /// error at the line of the field it names (`Scenario::source`).
+    pub check: fn(&Scenario) -> Result<(), ScenarioError>,
     /// `[storage] token` names it has (an external client's `[client] token`
     /// is judged by `scenario/client.rs`, not here).
     pub tokens: &'static [TokenName],

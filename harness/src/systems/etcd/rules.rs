@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use crate::scenario::{EtcdVersion, Scenario, ScenarioError, TokenName};
-use crate::systems::Settings;
+use crate::systems::Rules;
 
-pub const SETTINGS: Settings = Settings {
+pub const RULES: Rules = Rules {
+    check,
     tokens: &[
         TokenName::Grant,
         TokenName::Revision,

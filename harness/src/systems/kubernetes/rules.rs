@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use crate::scenario::{Scenario, ScenarioError, TokenName};
-use crate::systems::Settings;
+use crate::systems::Rules;
 
-pub const SETTINGS: Settings = Settings {
+pub const RULES: Rules = Rules {
+    check,
     tokens: &[TokenName::Grant, TokenName::Transitions, TokenName::None],
     persistence: false,
     elector_timing: true,

@@ -31,14 +31,8 @@ pub struct Redis {
 
 #[async_trait::async_trait]
 impl crate::systems::System for Redis {
-    fn settings(&self) -> crate::systems::Settings {
-        rules::SETTINGS
-    }
-    fn check_scenario(
-        &self,
-        s: &crate::scenario::Scenario,
-    ) -> Result<(), crate::scenario::ScenarioError> {
-        rules::check(s)
+    fn rules(&self) -> &'static crate::systems::Rules {
+        &rules::RULES
     }
     fn capabilities(&self) -> Capabilities {
         // expire-session deletes the holder's key(s). One Redis instance is its own

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use crate::scenario::{Scenario, ScenarioError, ServiceKind, TokenName};
-use crate::systems::Settings;
+use crate::systems::Rules;
 
-pub const SETTINGS: Settings = Settings {
+pub const RULES: Rules = Rules {
+    check,
     tokens: &[TokenName::Counter, TokenName::Owner, TokenName::None],
     persistence: true,
     elector_timing: false,

@@ -27,14 +27,8 @@ pub struct Zookeeper;
 
 #[async_trait::async_trait]
 impl crate::systems::System for Zookeeper {
-    fn settings(&self) -> crate::systems::Settings {
-        rules::SETTINGS
-    }
-    fn check_scenario(
-        &self,
-        s: &crate::scenario::Scenario,
-    ) -> Result<(), crate::scenario::ScenarioError> {
-        rules::check(s)
+    fn rules(&self) -> &'static crate::systems::Rules {
+        &rules::RULES
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
