@@ -29,6 +29,11 @@ pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
 /// What the docker backend created for the run.
 pub const DOCKER_JSON: &str = "docker.json";
+/// `[storage] kind = "postgres"`: the database's own output (initdb's too).
+pub const PG_LOG: &str = "postgres.log";
+/// `[storage] kind = "postgres"`: its data directory, or a link to one the
+/// postgres user can reach (`resources/postgres/server.rs`).
+pub const PG_DATA: &str = "pg.data";
 
 pub fn worker_events(run_dir: &Path, id: u32) -> PathBuf {
     run_dir.join(format!("worker-{id}.jsonl"))

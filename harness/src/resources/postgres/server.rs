@@ -29,10 +29,9 @@ use crate::scenario::{Scenario, SyncCommit};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const HOST: &str = "127.0.0.1";
-/// The database's own output (initdb's too).
-pub const LOG: &str = "postgres.log";
-/// The data directory, inside the run directory.
-pub const DATA: &str = "pg.data";
+/// The database's own output (initdb's too), and its data directory inside the
+/// run directory: names the run directory owns.
+pub use crate::record::rundir::{PG_DATA as DATA, PG_LOG as LOG};
 const INITDB_DEADLINE: Duration = Duration::from_secs(60);
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
