@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, ObjectList, WatchEvent, WatchParams};
 
 use super::lease::{self, Record, HARNESS_IDENTITY};
 use crate::record::history::monotonic_ns;
@@ -68,13 +68,26 @@ const HARNESS_HOLD: Duration = Duration::from_secs(1);
 
 pub struct KubeService {
     api: Api<Lease>,
+    /// The Leases as listed when the harness connected, before any worker started.
+    /// The observer watches on from this list's version, so that a Lease taken and
+    /// renewed before the observer's task got to list is still seen at the write
+    /// that took it: listed later, the list shows only its latest renewal's
+    /// version, which is not the grant's (seen in CI under load, as "the client's
+    /// `revision` is not the creation the harness observed").
+    first_list: std::sync::Mutex<Option<ObjectList<Lease>>>,
 }
 
 impl KubeService {
     pub async fn connect(clients: &[SocketAddr], access: &ServiceAccess) -> Result<KubeService> {
         let api_addr = clients.last().context("no apiserver")?;
+        let api = lease::api(&api_addr.to_string(), access)?;
+        let first = tokio::time::timeout(CALL, api.list(&ListParams::default()))
+            .await
+            .context("the apiserver did not answer the first Lease list")?
+            .context("the first Lease list")?;
         Ok(KubeService {
-            api: lease::api(&api_addr.to_string(), access)?,
+            api,
+            first_list: std::sync::Mutex::new(Some(first)),
         })
     }
 
@@ -160,9 +173,13 @@ impl LockService for KubeService {
             // List, then watch from the list's version; after a gap, list again and
             // judge the differences as changes seen late.
             let lp = ListParams::default();
-            let listed = tokio::select! {
-                l = tokio::time::timeout(CALL, self.api.list(&lp)) => l,
-                _ = stop.changed() => return Ok(()),
+            let first = self.first_list.lock().ok().and_then(|mut f| f.take());
+            let listed = match first {
+                Some(l) => Ok(Ok(l)),
+                None => tokio::select! {
+                    l = tokio::time::timeout(CALL, self.api.list(&lp)) => l,
+                    _ = stop.changed() => return Ok(()),
+                },
             };
             let list = match listed {
                 Ok(Ok(l)) => l,
