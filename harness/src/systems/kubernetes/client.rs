@@ -189,26 +189,47 @@ impl LockClient for KubeClient {
             }
             None => return Ok(()),
         };
+        // A release that cannot be confirmed leaves the Lease naming this identity
+        // until another elector takes it over by expiry, which the observer reads
+        // as this session's end: so the session is given up here too, and later
+        // grants are made under a new identity (as the Redis client does). Kept,
+        // its next grant would be on a session the service had ended.
+        match self.release_write(g, &identity).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.mark_lost(format!(
+                    "release of {} not confirmed ({e:#}): the Lease is left to expire",
+                    g.id
+                ));
+                Err(e)
+            }
+        }
+    }
+
+    async fn close_session(&mut self) {
+        if let Some(s) = self.session.take() {
+            for (_, r) in s.renewing {
+                r.abort();
+            }
+        }
+    }
+}
+
+impl KubeClient {
+    /// The release itself: the Lease's holder cleared, when it still names us.
+    async fn release_write(&mut self, g: &Granted, identity: &str) -> Result<()> {
         let got = tokio::time::timeout(RPC_TIMEOUT, self.api.get_opt(&g.id))
             .await
             .context("the apiserver did not answer the get")??;
         let holder = got.as_ref().and_then(|l| Record::of(l).holder);
-        let Some(old) = got.filter(|_| holder.as_deref() == Some(identity.as_str())) else {
+        let Some(old) = got.filter(|_| holder.as_deref() == Some(identity)) else {
             // Not ours any more: the term was lost before the renewer's deadline
             // said so. This elector stops leading now, and says so once.
-            if let Some(s) = &self.session {
-                s.lost.send_if_modified(|l| {
-                    let first = l.is_none();
-                    if first {
-                        *l = Some(format!(
-                            "stopped leading {}: at release the Lease's holder was {}",
-                            g.id,
-                            holder.as_deref().unwrap_or("nobody")
-                        ));
-                    }
-                    first
-                });
-            }
+            self.mark_lost(format!(
+                "stopped leading {}: at release the Lease's holder was {}",
+                g.id,
+                holder.as_deref().unwrap_or("nobody")
+            ));
             return Ok(());
         };
         let l = lease::released(&old);
@@ -218,11 +239,16 @@ impl LockClient for KubeClient {
         Ok(())
     }
 
-    async fn close_session(&mut self) {
-        if let Some(s) = self.session.take() {
-            for (_, r) in s.renewing {
-                r.abort();
-            }
+    /// Says once that this session is lost (the worker then opens a new one).
+    fn mark_lost(&self, why: String) {
+        if let Some(s) = &self.session {
+            s.lost.send_if_modified(|l| {
+                let first = l.is_none();
+                if first {
+                    *l = Some(why);
+                }
+                first
+            });
         }
     }
 }
