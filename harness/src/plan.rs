@@ -54,7 +54,6 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 /// available; errors point at the scenario's own lines.
 pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
-    // The system's own rules first: they explain its tokens in its own words.
     (crate::systems::system(svc).rules().check)(s)?;
     settings_rules(s)?;
     if backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
@@ -117,9 +116,10 @@ fn settings_rules(s: &Scenario) -> Result<(), ScenarioError> {
         return Err(err(
             "token",
             format!(
-                "storage.token = \"{}\" is not {svc}'s (it is {who}'s); {svc} has {}",
+                "storage.token = \"{}\" is not {svc}'s (it is {who}'s); {svc} has {}{}",
                 t.as_str(),
-                names.join(", ")
+                names.join(", "),
+                own.tokens_why
             ),
         ));
     }

@@ -102,6 +102,8 @@ pub struct Rules {
     /// `[storage] token` names it has (an external client's `[client] token`
     /// is judged by `scenario/client.rs`, not here).
     pub tokens: &'static [TokenName],
+    /// What its tokens are, appended to the refusal of one it does not have.
+    pub tokens_why: &'static str,
     /// `[lock] persistence`.
     pub persistence: bool,
     /// `[lock] renew_deadline` and `retry_period` (an elector's timing).

@@ -15,6 +15,7 @@ pub const RULES: Rules = Rules {
         TokenName::LeaseId,
         TokenName::None,
     ],
+    tokens_why: "",
     persistence: false,
     elector_timing: false,
 };

@@ -12,6 +12,7 @@ use crate::systems::Rules;
 pub const RULES: Rules = Rules {
     check,
     tokens: &[TokenName::Grant, TokenName::Transitions, TokenName::None],
+    tokens_why: " (grant: the acquiring write's resourceVersion; transitions: leaseTransitions)",
     persistence: false,
     elector_timing: true,
 };
@@ -63,23 +64,6 @@ pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
                  retryPeriod, and a retry period above 0",
                 fmt(retry),
                 fmt(renew)
-            ),
-        ));
-    }
-    let t = s.storage.token;
-    // An external client's token is `[client] token` (scenario/client.rs).
-    if s.client.is_none()
-        && !matches!(
-            t,
-            TokenName::Grant | TokenName::Transitions | TokenName::None
-        )
-    {
-        return Err(err(
-            "token",
-            format!(
-                "storage.token = \"{}\": kubernetes has grant (the acquiring write's \
-                 resourceVersion), transitions (leaseTransitions) or none",
-                t.as_str()
             ),
         ));
     }

@@ -10,6 +10,8 @@ use crate::systems::Rules;
 pub const RULES: Rules = Rules {
     check,
     tokens: &[TokenName::Counter, TokenName::Owner, TokenName::None],
+    tokens_why: ": Redis has no order of grants a client can read and no sessions (counter: \
+                 INCR in the acquire script; owner: the random owner value)",
     persistence: true,
     elector_timing: false,
 };
@@ -52,22 +54,6 @@ pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
                 humantime::format_duration(ttl)
             ),
         ));
-    }
-    // An external client's token is `[client] token` (scenario/client.rs).
-    match s.storage.token {
-        _ if s.client.is_some() => {}
-        TokenName::Counter | TokenName::Owner | TokenName::None => {}
-        t => {
-            return Err(err(
-                "token",
-                format!(
-                    "storage.token = \"{}\" is not available for {svc}: Redis has no order of \
-                     grants a client can read and no sessions; expected counter (INCR in the \
-                     acquire script), owner (the random owner value) or none",
-                    t.as_str()
-                ),
-            ))
-        }
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ pub const RULES: Rules = Rules {
         TokenName::SessionId,
         TokenName::None,
     ],
+    tokens_why: "",
     persistence: false,
     elector_timing: false,
 };
