@@ -17,24 +17,10 @@ use anyhow::{Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions, LockOptions, PutOptions};
 use tokio::sync::watch;
 
+use super::keys::{lock_name, owner_key};
 use crate::systems::client::{
     Acquire, Behaviour, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT,
 };
-
-/// etcd key of the lock that guards storage key `key`.
-pub fn lock_name(key: &str) -> String {
-    format!("fencecheck/lock/{key}")
-}
-
-/// Prefix of every lock key.
-pub const LOCK_PREFIX: &str = "fencecheck/lock/";
-/// Prefix of the owner keys: `fencecheck/owner/<lease hex>` = "<worker> <pid>",
-/// attached to the lease, so it lives exactly as long as the session.
-pub const OWNER_PREFIX: &str = "fencecheck/owner/";
-
-pub fn owner_key(lease: i64) -> String {
-    format!("{OWNER_PREFIX}{lease:x}")
-}
 
 pub struct EtcdClient {
     etcd: Client,

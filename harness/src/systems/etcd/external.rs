@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use etcd_client::{ConnectOptions, PutOptions};
 
-use super::client::{lock_name, owner_key};
+use super::keys::{lock_name, owner_key};
 use crate::systems::client::ClientConfig;
 use crate::systems::external::owner::{owner_text, Owners};
 

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod external;
+pub mod keys;
 pub mod members;
 pub mod provision;
 pub mod rules;

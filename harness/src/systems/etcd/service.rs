@@ -13,7 +13,7 @@ use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{gap, Observation, ObservationWriter};
 use crate::scenario::ServiceKind;
-use crate::systems::etcd::client::{LOCK_PREFIX, OWNER_PREFIX};
+use crate::systems::etcd::keys::{LOCK_PREFIX, OWNER_PREFIX};
 use crate::systems::service::{Holder, LockService, SessionOwner};
 
 const CALL: Duration = Duration::from_secs(3);

@@ -34,57 +34,9 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::keys::{lock_key, Owner, ACQUIRE, EVENTS, RELEASE, RENEW, TOKEN_PREFIX};
 use crate::scenario::TokenMode;
 use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
-
-/// Prefix of every lock key: `fencecheck:lock:<name>`.
-pub const LOCK_PREFIX: &str = "fencecheck:lock:";
-/// Prefix of every per-lock counter: `fencecheck:token:<name>`.
-pub const TOKEN_PREFIX: &str = "fencecheck:token:";
-/// The channel every lock change is published on: `granted <key> <owner>
-/// <counter>`, `released <key> <owner>`, `deleted <key> <owner>` (the harness's
-/// expire-session).
-pub const EVENTS: &str = "fencecheck:events";
-
-/// SET NX PX, and with it INCR (when ARGV[4] is "1") and PUBLISH; returns the
-/// counter (0 without INCR), or -1 when held.
-pub const ACQUIRE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = 0
-  if ARGV[4] == '1' then
-    t = redis.call('INCR', KEYS[2])
-  end
-  redis.call('PUBLISH', ARGV[3], 'granted ' .. KEYS[1] .. ' ' .. ARGV[1] .. ' ' .. t)
-  return t
-end
-return -1
-";
-
-/// Compare-and-pexpire: 1 if the key was still ours.
-pub const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-";
-
-/// Compare-and-delete: 1 if the key was still ours.
-pub const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released ' .. KEYS[1] .. ' ' .. ARGV[1])
-  return 1
-end
-return 0
-";
-
-/// The lock key of storage key `name`.
-pub fn lock_key(name: &str) -> String {
-    format!("{LOCK_PREFIX}{name}")
-}
-
-/// The owner value: a recorded format, so it lives with the observations.
-pub use crate::record::observe::OwnerValue as Owner;
 
 /// A positive random i64: session ids and nonces (never 0, never negative, so
 /// they read the same in every log).

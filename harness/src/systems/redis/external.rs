@@ -2,7 +2,7 @@
 //! hands the client in `acquire` (`<worker>:<pid>:<session>:<nonce>`), which the
 //! library stores as the lock's value — nothing to write.
 
-use super::client::{lock_key, Owner};
+use super::keys::{lock_key, Owner};
 use crate::systems::external::owner::Owners;
 
 pub struct RedisOwners;

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod external;
 pub mod image;
+pub mod keys;
 pub mod members;
 pub mod rules;
 pub mod service;

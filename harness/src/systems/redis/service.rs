@@ -19,7 +19,8 @@ mod feed;
 
 use crate::record::observe::ObservationWriter;
 use crate::scenario::ServiceKind;
-use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::redis::client as proto;
+use crate::systems::redis::keys::{self, Owner, EVENTS, LOCK_PREFIX};
 use crate::systems::service::{Holder, LockService, SessionOwner};
 
 /// Bounds every call the harness makes to an instance.
@@ -217,7 +218,7 @@ impl LockService for RedisService {
         for i in 0..self.clients.len() {
             let res = async {
                 let names = self.locks_on(i).await?;
-                let keys: Vec<String> = names.keys().map(|n| proto::lock_key(n)).collect();
+                let keys: Vec<String> = names.keys().map(|n| keys::lock_key(n)).collect();
                 if keys.is_empty() {
                     return Ok(0);
                 }

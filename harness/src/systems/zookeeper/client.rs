@@ -33,41 +33,8 @@ use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
+use super::keys::{lock_dir, owner_data, owner_path, LOCK_NAME, OWNERS};
 use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session, RPC_TIMEOUT};
-
-/// Parent of every lock: `/fencecheck/locks/<key>/_c_<uuid>-lock-<seq>`.
-pub const LOCKS: &str = "/fencecheck/locks";
-/// Parent of the owner nodes: `/fencecheck/owners/<session hex>` = "<worker> <pid>".
-pub const OWNERS: &str = "/fencecheck/owners";
-/// The lock node's name before its uuid and sequence, as Curator names it.
-pub const LOCK_NAME: &str = "lock-";
-
-/// The lock path that guards storage key `key`.
-pub fn lock_dir(key: &str) -> String {
-    format!("{LOCKS}/{key}")
-}
-
-/// The owner node of `session`.
-pub fn owner_path(session: i64) -> String {
-    format!("{OWNERS}/{:x}", session as u64)
-}
-
-/// Parses an owner node's name back into its session id.
-pub fn owner_session(name: &str) -> Option<i64> {
-    u64::from_str_radix(name, 16).ok().map(|s| s as i64)
-}
-
-/// An owner node's data: "<worker> <pid>".
-pub fn owner_data(worker: u32, pid: u32) -> String {
-    format!("{worker} {pid}")
-}
-
-/// Parses an owner node's data into (worker, pid).
-pub fn parse_owner(data: &[u8]) -> Option<(u32, u32)> {
-    let s = std::str::from_utf8(data).ok()?;
-    let mut it = s.split_whitespace();
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-}
 
 fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
-use super::client::{lock_dir, owner_path, OWNERS};
+use super::keys::{lock_dir, owner_path, OWNERS};
 use crate::systems::client::ClientConfig;
 use crate::systems::external::owner::{owner_text, Owners};
 

@@ -7,6 +7,7 @@
 pub mod client;
 pub mod external;
 pub mod image;
+pub mod keys;
 pub mod members;
 pub mod rules;
 pub mod service;

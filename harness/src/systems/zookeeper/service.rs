@@ -22,7 +22,7 @@ mod wire;
 use crate::record::observe::ObservationWriter;
 use crate::scenario::ServiceKind;
 use crate::systems::service::{Holder, LockService, SessionOwner};
-use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
+use crate::systems::zookeeper::keys::{owner_session, parse_owner, LOCKS, OWNERS};
 
 /// Bounds every call the harness makes to the ensemble.
 const CALL: Duration = Duration::from_secs(3);

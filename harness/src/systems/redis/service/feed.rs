@@ -27,7 +27,8 @@ use tokio::sync::watch;
 use super::read_locks;
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
-use crate::systems::redis::client::{self as proto, Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::redis::client as proto;
+use crate::systems::redis::keys::{Owner, EVENTS, LOCK_PREFIX};
 
 const EXPIRED: &str = "__keyevent@0__:expired";
 /// How long one attempt to subscribe and read the keys may take (a few ms when the

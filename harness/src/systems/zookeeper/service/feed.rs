@@ -29,7 +29,7 @@ use zookeeper_client as zk;
 use super::{session_alive, split_lock_path, LockNode, OwnerNode, ZkService, CALL};
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
-use crate::systems::zookeeper::client::{owner_session, parse_owner, LOCKS, OWNERS};
+use crate::systems::zookeeper::keys::{owner_session, parse_owner, LOCKS, OWNERS};
 
 const ROOT: &str = "/fencecheck";
 
