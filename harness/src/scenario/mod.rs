@@ -26,8 +26,8 @@ pub use expect::{Count, Expect, Holds};
 pub use fault::{FaultKind, Target};
 pub use fault_spec::{Fault, FaultSpec};
 pub use locate::{locate, shipped_names};
-pub use storage::{Isolation, SyncCommit};
-pub use validate::{http_url, line_of_key, line_of_nth_table_key};
+pub use storage::{http_url, Isolation, StorageKind, SyncCommit};
+pub use validate::{line_of_key, line_of_nth_table_key};
 
 /// A bad scenario: where, and what was expected. Always exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -379,38 +379,6 @@ impl TokenName {
             TokenName::Owner => "owner",
             TokenName::Transitions => "transitions",
         }
-    }
-}
-
-/// Where the fenced writes land.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StorageKind {
-    /// fencecheck's own storage service, started by the backend; its durable log
-    /// (`storage.jsonl`) is what the checkers judge from.
-    #[default]
-    Fencecheck,
-    /// The user's own service at `url`, speaking `docs/storage-protocol.md`; no
-    /// log, so the checkers judge from the client-observed history.
-    Http,
-    /// PostgreSQL 15, started by the process backend in the run directory; its
-    /// log table, exported to `storage.jsonl` at the end, is what the checkers
-    /// judge from.
-    Postgres,
-}
-
-impl StorageKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StorageKind::Fencecheck => "fencecheck",
-            StorageKind::Http => "http",
-            StorageKind::Postgres => "postgres",
-        }
-    }
-
-    /// Does this kind leave a storage log for the checkers?
-    pub fn has_log(self) -> bool {
-        matches!(self, StorageKind::Fencecheck | StorageKind::Postgres)
     }
 }
 

@@ -1,10 +1,12 @@
-//! `[storage] kind = "postgres"`: its own settings (isolation level,
-//! `synchronous_commit`) and the rules that keep them, and `check-then-write`,
-//! to PostgreSQL (on either backend).
+//! `[storage]`: the kinds of fenced resource and what each needs (a `kind =
+//! "http"` URL; PostgreSQL's own settings — isolation level,
+//! `synchronous_commit`, `check-then-write` — and the rules that keep them, on
+//! either backend). The one file of the config that names a storage kind's
+//! specifics, as `systems/` does for lock systems.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, Fencing, Scenario, ScenarioError, StorageKind};
+use super::{Durability, Fencing, Scenario, ScenarioError};
 
 /// The isolation level of every storage transaction (`[storage] isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -104,4 +106,94 @@ pub fn rules(
         ));
     }
     Ok(())
+}
+
+/// Where the fenced writes land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageKind {
+    /// fencecheck's own storage service, started by the backend; its durable log
+    /// (`storage.jsonl`) is what the checkers judge from.
+    #[default]
+    Fencecheck,
+    /// The user's own service at `url`, speaking `docs/storage-protocol.md`; no
+    /// log, so the checkers judge from the client-observed history.
+    Http,
+    /// PostgreSQL 15, started by the process backend in the run directory; its
+    /// log table, exported to `storage.jsonl` at the end, is what the checkers
+    /// judge from.
+    Postgres,
+}
+
+impl StorageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageKind::Fencecheck => "fencecheck",
+            StorageKind::Http => "http",
+            StorageKind::Postgres => "postgres",
+        }
+    }
+
+    /// Does this kind leave a storage log for the checkers?
+    pub fn has_log(self) -> bool {
+        matches!(self, StorageKind::Fencecheck | StorageKind::Postgres)
+    }
+}
+
+/// `[storage]`: what each kind needs and what it cannot take.
+pub(super) fn storage_rules(
+    s: &Scenario,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let st = &s.storage;
+    match (st.kind, &st.url) {
+        (StorageKind::Http, None) => {
+            return Err(err(
+                "kind",
+                "storage.kind = \"http\" needs storage.url = \"http://host:port/\"".into(),
+            ))
+        }
+        (StorageKind::Http, Some(url)) => {
+            http_url(url).map_err(|why| err("url", format!("storage.url = {url:?}: {why}")))?;
+        }
+        (StorageKind::Fencecheck, Some(_)) => {
+            return Err(err(
+                "url",
+                "storage.url goes only with kind = \"http\" (fencecheck's storage is started \
+                 by the backend)"
+                    .into(),
+            ))
+        }
+        (StorageKind::Fencecheck, None) | (StorageKind::Postgres, _) => {}
+    }
+    rules(s, err)?;
+    if st.kind == StorageKind::Http && st.durability != Durability::Flush {
+        return Err(err(
+            "durability",
+            "storage.durability is fencecheck's storage's; a service of your own (kind = \
+             \"http\") decides its own durability"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A `kind = "http"` URL: plain HTTP with a host and a port (the workers reach it
+/// through fencecheck's TCP proxies, which name no host; TLS would not verify).
+pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL ({e})"))?;
+    if u.scheme() != "http" {
+        return Err(format!(
+            "scheme {:?} is not supported: workers reach the service through fencecheck's \
+             TCP proxies, so only plain http:// works",
+            u.scheme()
+        ));
+    }
+    let host = u.host_str().ok_or("no host")?.to_string();
+    let port = u.port_or_known_default().ok_or("no port")?;
+    let mut path = u.path().to_string();
+    if let Some(q) = u.query() {
+        path = format!("{path}?{q}");
+    }
+    Ok((host, port, path))
 }

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use super::{
-    Durability, Fencing, Scenario, ScenarioError, ServiceKind, StorageKind, Target, TokenMode,
-};
+use super::{Fencing, Scenario, ScenarioError, ServiceKind, StorageKind, Target, TokenMode};
 
 pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioError> {
     let err = |key: &str, message: String| ScenarioError {
@@ -66,71 +64,13 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
             }
         }
     }
-    storage_rules(s, &err)?;
+    super::storage::storage_rules(s, &err)?;
     let raw = raw_targets(text);
     for i in 0..s.faults.len() {
         let raw_target = raw.get(i).and_then(Option::as_deref);
         fault_rules(s, i, raw_target, text, file)?;
     }
     Ok(())
-}
-
-/// `[storage]`: what each kind needs and what it cannot take.
-fn storage_rules(
-    s: &Scenario,
-    err: &dyn Fn(&str, String) -> ScenarioError,
-) -> Result<(), ScenarioError> {
-    let st = &s.storage;
-    match (st.kind, &st.url) {
-        (StorageKind::Http, None) => {
-            return Err(err(
-                "kind",
-                "storage.kind = \"http\" needs storage.url = \"http://host:port/\"".into(),
-            ))
-        }
-        (StorageKind::Http, Some(url)) => {
-            http_url(url).map_err(|why| err("url", format!("storage.url = {url:?}: {why}")))?;
-        }
-        (StorageKind::Fencecheck, Some(_)) => {
-            return Err(err(
-                "url",
-                "storage.url goes only with kind = \"http\" (fencecheck's storage is started \
-                 by the backend)"
-                    .into(),
-            ))
-        }
-        (StorageKind::Fencecheck, None) | (StorageKind::Postgres, _) => {}
-    }
-    super::storage::rules(s, err)?;
-    if st.kind == StorageKind::Http && st.durability != Durability::Flush {
-        return Err(err(
-            "durability",
-            "storage.durability is fencecheck's storage's; a service of your own (kind = \
-             \"http\") decides its own durability"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
-/// A `kind = "http"` URL: plain HTTP with a host and a port (the workers reach it
-/// through fencecheck's TCP proxies, which name no host; TLS would not verify).
-pub fn http_url(url: &str) -> Result<(String, u16, String), String> {
-    let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL ({e})"))?;
-    if u.scheme() != "http" {
-        return Err(format!(
-            "scheme {:?} is not supported: workers reach the service through fencecheck's \
-             TCP proxies, so only plain http:// works",
-            u.scheme()
-        ));
-    }
-    let host = u.host_str().ok_or("no host")?.to_string();
-    let port = u.port_or_known_default().ok_or("no port")?;
-    let mut path = u.path().to_string();
-    if let Some(q) = u.query() {
-        path = format!("{path}?{q}");
-    }
-    Ok((host, port, path))
 }
 
 fn fault_rules(
