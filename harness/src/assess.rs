@@ -122,7 +122,10 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         || !before_empty
         || untested
         || expectations.iter().any(|e| {
-            !e.met && !needs.iter().any(|n| n.split(' ').next() == Some(e.name.as_str()))
+            !e.met
+                && !needs
+                    .iter()
+                    .any(|n| n.split(' ').next() == Some(e.name.as_str()))
         });
     let inconclusive = if failed_otherwise {
         None

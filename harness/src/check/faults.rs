@@ -279,7 +279,12 @@ mod tests {
         ];
         let lease = 0x1a2b_i64;
         let mut windows = vec![
-            window(1, "pause", "ok", with_effect(FaultEffect::confirmed("pid 9 seen stopped"))),
+            window(
+                1,
+                "pause",
+                "ok",
+                with_effect(FaultEffect::confirmed("pid 9 seen stopped")),
+            ),
             window(2, "pause", "fail", serde_json::json!({})),
             window(
                 3,
@@ -300,7 +305,13 @@ mod tests {
             worker: Some(1),
         }];
         let counts = confirm(&mut windows, &schedule, Some(&obs), false);
-        let by = |k: &str| counts.iter().find(|c| c.kind == k).cloned().unwrap_or_default();
+        let by = |k: &str| {
+            counts
+                .iter()
+                .find(|c| c.kind == k)
+                .cloned()
+                .unwrap_or_default()
+        };
         let p = by("pause");
         assert_eq!(
             (p.planned, p.injected, p.confirmed, p.skipped, p.unconfirmed),
@@ -362,7 +373,10 @@ mod tests {
         ];
         let counts = confirm(&mut windows, &schedule, None, false);
         let why = inconclusive(&needs(), &counts).unwrap_or_default();
-        assert!(why.starts_with("no fault took effect (2 injected, 0 confirmed: fault 1: pid 9"), "{why}");
+        assert!(
+            why.starts_with("no fault took effect (2 injected, 0 confirmed: fault 1: pid 9"),
+            "{why}"
+        );
         assert!(why.contains("stale_rejected >=1"), "{why}");
         // Nothing needed: a run with no finding to show may pass without one.
         assert_eq!(inconclusive(&[], &counts), None);
@@ -376,7 +390,10 @@ mod tests {
         let counts = confirm(&mut [], &schedule, None, false);
         assert_eq!((counts[0].planned, counts[0].skipped), (2, 2));
         let why = inconclusive(&needs(), &counts).unwrap_or_default();
-        assert!(why.starts_with("no fault was injected (2 planned, all skipped"), "{why}");
+        assert!(
+            why.starts_with("no fault was injected (2 planned, all skipped"),
+            "{why}"
+        );
         // A legacy record (no effect recorded) is unchecked: left to the expectations.
         let mut windows = vec![window(1, "pause", "ok", serde_json::json!({}))];
         let counts = confirm(&mut windows, &schedule[..1], None, false);

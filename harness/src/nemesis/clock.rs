@@ -96,9 +96,9 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
                     ),
                 }))
             }
-            _ if t0.elapsed() >= CONFIRM => bail!(
-                "member {m}'s clock could not be read back within {CONFIRM:?} after the step"
-            ),
+            _ if t0.elapsed() >= CONFIRM => {
+                bail!("member {m}'s clock could not be read back within {CONFIRM:?} after the step")
+            }
             _ => tokio::time::sleep(Duration::from_millis(5)).await,
         }
     }

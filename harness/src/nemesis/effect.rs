@@ -173,11 +173,7 @@ pub fn all(effects: Vec<FaultEffect>) -> FaultEffect {
     if let Some(bad) = effects
         .iter()
         .find(|e| e.status == EffectStatus::Unconfirmed)
-        .or_else(|| {
-            effects
-                .iter()
-                .find(|e| e.status != EffectStatus::Confirmed)
-        })
+        .or_else(|| effects.iter().find(|e| e.status != EffectStatus::Confirmed))
     {
         let mut e = bad.clone();
         if n > 1 {
@@ -213,7 +209,11 @@ mod tests {
         let pid = child.id();
         kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP");
         let e = stopped(&[StopTarget { pid, group: false }], WITHIN).await;
-        assert_eq!(e.status, fencecheck_reports::EffectStatus::Confirmed, "{e:?}");
+        assert_eq!(
+            e.status,
+            fencecheck_reports::EffectStatus::Confirmed,
+            "{e:?}"
+        );
         kill(Pid::from_raw(pid as i32), Signal::SIGKILL).expect("SIGKILL");
         assert!(gone(pid, WITHIN).await);
         // Not reaped yet: a zombie, which no SIGSTOP can stop.

@@ -127,7 +127,10 @@ fn who(entry: &serde_json::Value) -> String {
 
 /// A kill is confirmed per victim by its process seen gone after SIGKILL, or
 /// by its restart under a new pid; `new` is empty until the restart.
-fn confirm(old: &[(String, Option<u32>, Option<bool>)], new: &[(String, Option<u32>)]) -> FaultEffect {
+fn confirm(
+    old: &[(String, Option<u32>, Option<bool>)],
+    new: &[(String, Option<u32>)],
+) -> FaultEffect {
     let effects = old
         .iter()
         .map(|(who, pid, seen_gone)| {
@@ -147,9 +150,7 @@ fn confirm(old: &[(String, Option<u32>, Option<bool>)], new: &[(String, Option<u
                     "{who}'s pid {pid} still alive {} ms after SIGKILL",
                     effect::WITHIN.as_millis()
                 )),
-                _ => FaultEffect::unchecked(format!(
-                    "{who}: the backend named no pid to look for"
-                )),
+                _ => FaultEffect::unchecked(format!("{who}: the backend named no pid to look for")),
             }
         })
         .collect();

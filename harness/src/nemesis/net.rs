@@ -111,13 +111,17 @@ pub fn counted(fault: Fault, before: &[Stats], after: &[Stats]) -> FaultEffect {
     for (b, a) in before.iter().zip(after) {
         let (u, d) = if blackhole {
             (
-                a.bytes_dropped_upstream.saturating_sub(b.bytes_dropped_upstream),
-                a.bytes_dropped_downstream.saturating_sub(b.bytes_dropped_downstream),
+                a.bytes_dropped_upstream
+                    .saturating_sub(b.bytes_dropped_upstream),
+                a.bytes_dropped_downstream
+                    .saturating_sub(b.bytes_dropped_downstream),
             )
         } else {
             (
-                a.bytes_delayed_upstream.saturating_sub(b.bytes_delayed_upstream),
-                a.bytes_delayed_downstream.saturating_sub(b.bytes_delayed_downstream),
+                a.bytes_delayed_upstream
+                    .saturating_sub(b.bytes_delayed_upstream),
+                a.bytes_delayed_downstream
+                    .saturating_sub(b.bytes_delayed_downstream),
             )
         };
         up += u;
@@ -166,6 +170,10 @@ mod tests {
         };
         let e = counted(lat, &[b], &[a]);
         assert_eq!(e.status, fencecheck_reports::EffectStatus::Unconfirmed);
-        assert!(e.how.starts_with("no traffic crossed the link"), "{}", e.how);
+        assert!(
+            e.how.starts_with("no traffic crossed the link"),
+            "{}",
+            e.how
+        );
     }
 }

@@ -44,7 +44,11 @@ fn leads_group(pid: u32) -> bool {
 /// Was every stopped process seen stopped? Workers (with their groups) and
 /// processes the backend stopped by signal through `/proc`; containers through
 /// the engine's own paused state.
-async fn confirm(n: &Nemesis, pids: &[u32], frozen: &[(Service, serde_json::Value)]) -> FaultEffect {
+async fn confirm(
+    n: &Nemesis,
+    pids: &[u32],
+    frozen: &[(Service, serde_json::Value)],
+) -> FaultEffect {
     let mut targets: Vec<StopTarget> = pids
         .iter()
         .map(|&pid| StopTarget {
@@ -67,12 +71,19 @@ async fn confirm(n: &Nemesis, pids: &[u32], frozen: &[(Service, serde_json::Valu
             });
         } else {
             effects.push(match n.world.backend.lock().await.is_paused(*svc).await {
-                Ok(Some(true)) => FaultEffect::confirmed(format!("{} seen paused by the engine", name(*svc))),
-                Ok(Some(false)) => {
-                    FaultEffect::unconfirmed(format!("{} not paused, as the engine tells it", name(*svc)))
+                Ok(Some(true)) => {
+                    FaultEffect::confirmed(format!("{} seen paused by the engine", name(*svc)))
                 }
-                Ok(None) => FaultEffect::unchecked(format!("{}: the backend cannot tell", name(*svc))),
-                Err(e) => FaultEffect::unchecked(format!("{}: the engine did not say: {e:#}", name(*svc))),
+                Ok(Some(false)) => FaultEffect::unconfirmed(format!(
+                    "{} not paused, as the engine tells it",
+                    name(*svc)
+                )),
+                Ok(None) => {
+                    FaultEffect::unchecked(format!("{}: the backend cannot tell", name(*svc)))
+                }
+                Err(e) => {
+                    FaultEffect::unchecked(format!("{}: the engine did not say: {e:#}", name(*svc)))
+                }
             });
         }
     }
