@@ -101,6 +101,10 @@ pub async fn stopped(targets: &[StopTarget], within: Duration) -> FaultEffect {
             for &pid in &pids {
                 match look(pid) {
                     Seen::Stopped => {}
+                    // A member of the group that has exited (an adapter's
+                    // unreaped child) has nothing to stop; only the target's
+                    // own exit means the pause missed.
+                    Seen::Exited | Seen::Gone if pid != t.pid => {}
                     // Neither comes back: no point in waiting.
                     Seen::Exited => {
                         return FaultEffect::unconfirmed(format!(
