@@ -183,13 +183,17 @@ pub struct Stats {
     pub bytes_downstream: u64,
     pub bytes_dropped_upstream: u64,
     pub bytes_dropped_downstream: u64,
+    /// Bytes a latency fault held back for a while (counted when read, before
+    /// they are delivered); a zero draw holds nothing back and is not counted.
+    pub bytes_delayed_upstream: u64,
+    pub bytes_delayed_downstream: u64,
 }
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "conns accepted={} active={} rejected={} reset={} dial_failed={} | bytes up={} down={} dropped up={} down={}",
+            "conns accepted={} active={} rejected={} reset={} dial_failed={} | bytes up={} down={} dropped up={} down={} delayed up={} down={}",
             self.connections_accepted,
             self.connections_active,
             self.connections_rejected,
@@ -199,6 +203,8 @@ impl fmt::Display for Stats {
             self.bytes_downstream,
             self.bytes_dropped_upstream,
             self.bytes_dropped_downstream,
+            self.bytes_delayed_upstream,
+            self.bytes_delayed_downstream,
         )
     }
 }
@@ -212,6 +218,7 @@ pub(crate) struct Counters {
     dial_failed: AtomicU64,
     pub(crate) bytes: [AtomicU64; 2],
     pub(crate) dropped: [AtomicU64; 2],
+    pub(crate) delayed: [AtomicU64; 2],
 }
 
 /// Index into per-direction counters: 0 = upstream, 1 = downstream.
@@ -393,6 +400,8 @@ impl Proxy {
             bytes_downstream: get(&c.bytes[1]),
             bytes_dropped_upstream: get(&c.dropped[0]),
             bytes_dropped_downstream: get(&c.dropped[1]),
+            bytes_delayed_upstream: get(&c.delayed[0]),
+            bytes_delayed_downstream: get(&c.delayed[1]),
         }
     }
 

@@ -209,8 +209,12 @@ impl Pump<'_> {
             return Ok(());
         }
         if let Some(lat) = self.cfg.latency {
-            let due = read_at + self.rng.delay(lat);
-            self.enqueue(due, data);
+            let wait = self.rng.delay(lat);
+            if !wait.is_zero() {
+                self.counters.delayed[self.way as usize]
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+            self.enqueue(read_at + wait, data);
         } else if !self.queue.is_empty() {
             // Latency was just removed; queue behind the delayed chunks so
             // order is kept.

@@ -210,6 +210,12 @@ async fn latency_shows_up_in_round_trips() {
         let rtt = t.elapsed();
         assert!(rtt >= one_way, "rtt {rtt:?} < {one_way:?}");
     }
+    // Three pings of 4 bytes held back upstream; the echoes went straight back.
+    let st = proxy.stats();
+    assert_eq!(
+        (st.bytes_delayed_upstream, st.bytes_delayed_downstream),
+        (12, 0)
+    );
 
     // Both directions: paid twice per round trip, also on new connections.
     proxy.set(

@@ -86,6 +86,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         && incomplete.is_none()
         && client_errors.0 == 0
         && before.is_empty();
+    let before_empty = before.is_empty();
     // First, so the terminal's few notes show them.
     problems.splice(0..0, client_errors.1);
     problems.splice(0..0, before);
@@ -99,9 +100,40 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
                 && matches!(e.kind, EventType::Ok | EventType::Fail)
         })
     };
-    if rec.events.iter().all(|e| e.process.worker().is_none()) || !storage_ops {
+    let untested = rec.events.iter().all(|e| e.process.worker().is_none()) || !storage_ops;
+    if untested {
         passed = false;
         problems.push("the run recorded no worker operations: nothing was tested".into());
+    }
+    // Every fault confirmed or not, from the record; a run that needed a
+    // finding and whose faults all failed to take effect is inconclusive —
+    // unless it failed for a reason of its own (a problem above, or an
+    // expectation that asks for no finding).
+    let mut faults = rec.faults.clone();
+    let fault_counts = check::faults::confirm(
+        &mut faults,
+        &info.schedule,
+        rec.observations.as_deref(),
+        incomplete.is_some(),
+    );
+    let needs = scenario.expect.needs_finding();
+    let failed_otherwise = incomplete.is_some()
+        || client_errors.0 > 0
+        || !before_empty
+        || untested
+        || expectations.iter().any(|e| {
+            !e.met
+                && !needs
+                    .iter()
+                    .any(|n| n.split(' ').next() == Some(e.name.as_str()))
+        });
+    let inconclusive = if failed_otherwise {
+        None
+    } else {
+        check::faults::inconclusive(&needs, &fault_counts)
+    };
+    if inconclusive.is_some() {
+        passed = false;
     }
     let report = Report {
         schema_version: SCHEMA_VERSION,
@@ -109,9 +141,11 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         run: info,
         passed,
         incomplete,
+        inconclusive,
         expectations,
         checks,
-        faults: rec.faults.clone(),
+        faults,
+        fault_counts,
         findings,
         stats: stats(&rec.events),
         problems,

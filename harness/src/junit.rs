@@ -165,7 +165,8 @@ fn tally(o: &Outcome) -> (usize, usize, usize, usize) {
             let failed_checks = rows.iter().filter(|c| check_fails(r, c)).count();
             let skipped = rows.iter().filter(|c| c.valid == Validity::Unknown).count();
             let failed_expect = r.expectations.iter().filter(|e| !e.met).count();
-            let incomplete = usize::from(r.incomplete.is_some());
+            let incomplete =
+                usize::from(r.incomplete.is_some()) + usize::from(r.inconclusive.is_some());
             (
                 rows.len() + r.expectations.len() + incomplete,
                 failed_checks + failed_expect + incomplete,
@@ -240,6 +241,16 @@ fn write_cases(w: &mut W, o: &Outcome) -> io::Result<()> {
                 w,
                 "failure",
                 "INCOMPLETE: the run never reached its end",
+                &format!("{why}\n{paths}"),
+            )
+        })?;
+    }
+    if let Some(why) = &r.inconclusive {
+        testcase(w, suite, "faults confirmed", 0.0, |w| {
+            outcome_element(
+                w,
+                "failure",
+                "INCONCLUSIVE: no fault took effect",
                 &format!("{why}\n{paths}"),
             )
         })?;
@@ -347,6 +358,9 @@ pub fn markdown_run(o: &Outcome) -> String {
     };
     if let Some(why) = &r.incomplete {
         let _ = writeln!(s, "INCOMPLETE: {}\n", cell(why));
+    }
+    if let Some(why) = &r.inconclusive {
+        let _ = writeln!(s, "INCONCLUSIVE: {}\n", cell(why));
     }
     let _ = writeln!(s, "| check | verdict | counts |\n|---|---|---|");
     for row in check_rows(r) {

@@ -36,6 +36,35 @@ fn failure(r: &Report) -> String {
     format!("not met: {}", unmet.join(", "))
 }
 
+/// The confirmation line: per fault kind, planned / injected / confirmed /
+/// skipped (`faults: pause 3 planned, 3 injected, 3 confirmed, 0 skipped`),
+/// the unconfirmed among the injected named when there are any.
+pub fn fault_line(r: &Report) -> Option<String> {
+    if r.fault_counts.is_empty() {
+        return None;
+    }
+    let kinds: Vec<String> = r
+        .fault_counts
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} planned, {} injected, {} confirmed{}, {} skipped",
+                c.kind,
+                c.planned,
+                c.injected,
+                c.confirmed,
+                if c.unconfirmed > 0 {
+                    format!(" ({} unconfirmed)", c.unconfirmed)
+                } else {
+                    String::new()
+                },
+                c.skipped
+            )
+        })
+        .collect();
+    Some(format!("faults: {}", kinds.join("; ")))
+}
+
 /// A count with its lower-bound mark: "≥ 3".
 fn floor(n: u64, lower: bool) -> String {
     if lower {
@@ -50,6 +79,8 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let c = &r.checks;
     let verdict = if r.incomplete.is_some() {
         "INCOMPLETE: the run never reached its end (no heal phase, no final reads)".to_string()
+    } else if let Some(why) = &r.inconclusive {
+        format!("INCONCLUSIVE: {why}")
     } else if r.passed {
         "PASS: every expectation met".to_string()
     } else {
@@ -247,6 +278,23 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             s,
             "  {} storage transactions retried after a serialization failure (40001)",
             r.stats.serialization_retries
+        );
+    }
+    if let Some(line) = fault_line(r) {
+        let _ = writeln!(s, "  {line}");
+    }
+    for (kind, why) in r
+        .fault_counts
+        .iter()
+        .flat_map(|c| c.reasons.iter().map(move |why| (&c.kind, why)))
+        .take(5)
+    {
+        let _ = writeln!(
+            s,
+            "    fault {} ({kind}) {}: {}",
+            why.id,
+            why.status.as_str(),
+            why.reason
         );
     }
     let _ = writeln!(

@@ -95,10 +95,19 @@ pub struct Report {
     /// phase, no final reads); such a run never passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Set when the run needed a finding (an expectation such as `">0"`) but no
+    /// fault was confirmed to have taken effect: it cannot pass, and is not a
+    /// plain fail either. The reason, in one sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inconclusive: Option<String>,
     pub expectations: Vec<Expectation>,
     pub checks: Checks,
     /// Fault windows as the nemesis recorded them.
     pub faults: Vec<FaultWindow>,
+    /// Per fault kind: planned, injected, confirmed, skipped (absent in reports
+    /// written before faults were confirmed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fault_counts: Vec<FaultCount>,
     /// Grant validity and unsafe windows, from the harness's own observation of
     /// the service (schema 2).
     #[serde(default)]
@@ -366,6 +375,109 @@ pub struct FaultWindow {
     pub outcome: String,
     /// What was actually done (worker, pid, lease, revision…).
     pub detail: serde_json::Value,
+    /// Why the fault could not be done, or what went wrong undoing it, as the
+    /// nemesis recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether its effect was seen (assess fills it in; absent in reports
+    /// written before faults were confirmed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<FaultEffect>,
+}
+
+/// What became of one planned fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EffectStatus {
+    /// Injected, and its effect seen (the process stopped, bytes dropped, …).
+    Confirmed,
+    /// Injected, and its effect looked for and not seen.
+    Unconfirmed,
+    /// Injected, but nothing the harness can look at shows its effect (a run
+    /// recorded before faults were confirmed, a docker network cut): it counts
+    /// as unconfirmed, but does not make a run inconclusive.
+    Unchecked,
+    /// Planned but not injected (no target found, the run ended first, …).
+    Skipped,
+}
+
+impl EffectStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectStatus::Confirmed => "confirmed",
+            EffectStatus::Unconfirmed => "unconfirmed",
+            EffectStatus::Unchecked => "unchecked",
+            EffectStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// One fault's confirmation: the status, and the evidence (confirmed) or the
+/// reason (otherwise), in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultEffect {
+    pub status: EffectStatus,
+    pub how: String,
+}
+
+impl FaultEffect {
+    pub fn confirmed(how: impl Into<String>) -> FaultEffect {
+        FaultEffect {
+            status: EffectStatus::Confirmed,
+            how: how.into(),
+        }
+    }
+    pub fn unconfirmed(why: impl Into<String>) -> FaultEffect {
+        FaultEffect {
+            status: EffectStatus::Unconfirmed,
+            how: why.into(),
+        }
+    }
+    pub fn unchecked(why: impl Into<String>) -> FaultEffect {
+        FaultEffect {
+            status: EffectStatus::Unchecked,
+            how: why.into(),
+        }
+    }
+    pub fn skipped(why: impl Into<String>) -> FaultEffect {
+        FaultEffect {
+            status: EffectStatus::Skipped,
+            how: why.into(),
+        }
+    }
+}
+
+/// One fault kind's tally. `planned = injected + skipped` and `unconfirmed =
+/// injected - confirmed` (unchecked ones included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCount {
+    /// The scenario's name for the kind (`pause`, `partition`, …).
+    pub kind: String,
+    pub planned: u64,
+    pub injected: u64,
+    pub confirmed: u64,
+    pub skipped: u64,
+    pub unconfirmed: u64,
+    /// Of the unconfirmed, those nothing could be checked for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unchecked: u64,
+    /// Every fault of this kind that was not confirmed (skipped, unconfirmed or
+    /// unchecked), with its reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<FaultReason>,
+}
+
+/// Why one fault was not confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultReason {
+    /// The fault's id (the schedule's and the window's).
+    pub id: u32,
+    pub status: EffectStatus,
+    pub reason: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -234,6 +234,38 @@ fn failing_run_with_a_linearizability_counterexample() {
 }
 
 #[test]
+fn an_inconclusive_run_shows_its_word_and_the_confirmation_table() {
+    use fencecheck_reports::{EffectStatus, FaultCount, FaultEffect, FaultReason};
+    let (mut report, tl) = common::load("no-fencing");
+    report.passed = false;
+    report.inconclusive = Some("no fault took effect (1 injected, 0 confirmed)".into());
+    let id = report.faults[0].id;
+    report.faults[0].effect = Some(FaultEffect::unconfirmed("pid 7 had exited <zombie>"));
+    report.fault_counts = vec![FaultCount {
+        kind: "pause".into(),
+        planned: 2,
+        injected: 1,
+        confirmed: 0,
+        skipped: 1,
+        unconfirmed: 1,
+        unchecked: 0,
+        reasons: vec![FaultReason {
+            id,
+            status: EffectStatus::Unconfirmed,
+            reason: "pid 7 had exited <zombie>".into(),
+        }],
+    }];
+    let html = render_html(&report, &tl);
+    assert_offline(&html);
+    assert!(html.contains("<div class=\"verdict-word\">INCONCLUSIVE</div>"));
+    assert!(html.contains("INCONCLUSIVE: no fault took effect (1 injected, 0 confirmed)"));
+    assert!(html.contains(
+        "<tr class=\"unmet\" data-kind=\"pause\"><td>pause</td><td>2</td><td>1</td><td>0</td><td>1</td><td>1</td></tr>"
+    ));
+    assert!(html.contains("unconfirmed: pid 7 had exited &lt;zombie&gt;"));
+}
+
+#[test]
 fn empty_run_renders() {
     let (mut report, _) = common::load("no-fencing");
     report.faults.clear();

@@ -167,6 +167,16 @@ impl Backend {
         }
     }
 
+    /// Is the service paused, as the backend's engine tells it? `None` where the
+    /// backend has no such state to ask (the process backend: the nemesis looks
+    /// at the stopped process in `/proc` instead).
+    pub async fn is_paused(&mut self, who: Service) -> Result<Option<bool>> {
+        match self {
+            Backend::Process(_) => Ok(None),
+            Backend::Docker(b) => b.is_paused(who).await.map(Some),
+        }
+    }
+
     pub async fn resume(&mut self, who: Service) -> Result<()> {
         match self {
             Backend::Process(b) => b.resume(who),

@@ -586,6 +586,8 @@ mod tests {
             end_ns: Some(299),
             outcome: "ok".into(),
             detail: serde_json::json!({"target": {"workers": [{"worker": 1, "pid": 7}]}}),
+            error: None,
+            effect: None,
         }];
         let late = check(&rec, true).grant_validity;
         assert_eq!((late.after_session_end, late.during_client_fault), (1, 1));

@@ -3,6 +3,7 @@
 //! construction.
 
 pub mod counter;
+pub mod faults;
 pub mod fencing;
 pub mod findings;
 pub mod linearizable;
@@ -63,6 +64,8 @@ pub fn fault_windows(events: &[Event]) -> Vec<FaultWindow> {
                 end_ns: None,
                 outcome: "open".into(),
                 detail: e.detail.clone().unwrap_or(serde_json::Value::Null),
+                error: e.error.clone(),
+                effect: None,
             }),
             _ => {
                 if let Some(w) = out
@@ -80,6 +83,12 @@ pub fn fault_windows(events: &[Event]) -> Vec<FaultWindow> {
                     if let Some(d) = &e.detail {
                         merge_json(&mut w.detail, d);
                     }
+                    // The end's error says why it failed; a start's error (some
+                    // targets failed) stays before it.
+                    w.error = match (w.error.take(), &e.error) {
+                        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                        (a, b) => a.or_else(|| b.clone()),
+                    };
                 }
             }
         }

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::{Ask, Nemesis, Planned, Resolved};
+use fencecheck_reports::FaultEffect;
+
+use super::{effect, Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
 use crate::scenario::FaultKind;
 
@@ -80,10 +82,23 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
                     "seen_after_ms": t0.elapsed().as_millis() as u64,
                 }))
             }
-            _ if t0.elapsed() >= CONFIRM => bail!(
-                "member {m}'s clock did not move by {by:?} within {CONFIRM:?} (is clockshim \
-                 loaded? see its log)"
-            ),
+            // Stepped, but not seen: injected, unconfirmed.
+            Ok(now) if t0.elapsed() >= CONFIRM => {
+                return Ok(serde_json::json!({
+                    "member": m,
+                    "offset_ms_before": old / 1_000_000,
+                    "offset_ms_after": new / 1_000_000,
+                    "instance_time_before_us": before_us,
+                    "instance_time_after_us": now,
+                    "unconfirmed": format!(
+                        "member {m}'s clock did not move by {by:?} within {CONFIRM:?} \
+                         (is clockshim loaded? see its log)"
+                    ),
+                }))
+            }
+            _ if t0.elapsed() >= CONFIRM => {
+                bail!("member {m}'s clock could not be read back within {CONFIRM:?} after the step")
+            }
             _ => tokio::time::sleep(Duration::from_millis(5)).await,
         }
     }
@@ -99,7 +114,14 @@ fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
     let (old, new) = crate::clockshim::step_ns(file, ns)?;
     let read = crate::clockshim::read_offset(file);
     if read != new {
-        bail!("worker {w}'s offset file reads {read} ns after writing {new} ns");
+        return Ok(serde_json::json!({
+            "worker": w,
+            "offset_ms_before": old / 1_000_000,
+            "offset_ms_after": new / 1_000_000,
+            "unconfirmed": format!(
+                "worker {w}'s offset file reads {read} ns after writing {new} ns"
+            ),
+        }));
     }
     Ok(serde_json::json!({
         "worker": w,
@@ -150,6 +172,9 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     if !errors.is_empty() {
         start.error = Some(errors.join("; "));
     }
+    if !done.is_empty() {
+        effect::record(&mut start.detail, &confirm(&done));
+    }
     n.record(&start);
     tokio::time::sleep(p.duration).await;
     let kind = if done.is_empty() {
@@ -171,4 +196,33 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
         end.error = Some(errors.join("; "));
     }
     n.record(&end);
+}
+
+/// The clock read back after each step: a member's own `TIME` moved forward by
+/// the step, or a worker's offset file reads what was written.
+fn confirm(done: &[serde_json::Value]) -> FaultEffect {
+    let effects = done
+        .iter()
+        .map(|d| {
+            if let Some(why) = d.get("unconfirmed").and_then(serde_json::Value::as_str) {
+                return FaultEffect::unconfirmed(why);
+            }
+            let num = |k: &str| d.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0);
+            let offset = num("offset_ms_after") - num("offset_ms_before");
+            if let Some(m) = d.get("member").and_then(serde_json::Value::as_u64) {
+                let moved = (num("instance_time_after_us") - num("instance_time_before_us")) / 1000;
+                FaultEffect::confirmed(format!(
+                    "member {m}'s clock read back {moved} ms ahead after a step of {offset} ms \
+                     (seen after {} ms)",
+                    num("seen_after_ms")
+                ))
+            } else {
+                FaultEffect::confirmed(format!(
+                    "worker {}'s clock offset read back: {offset:+} ms",
+                    num("worker")
+                ))
+            }
+        })
+        .collect();
+    effect::all(effects)
 }

@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod delay;
+pub mod effect;
 pub mod kill;
 pub mod net;
 pub mod partition;

@@ -4,10 +4,11 @@
 //! chunk; a partition blackholes bytes while connections stay open, as a dead
 //! network path does.
 
-use faultproxy::{Direction, Fault};
+use faultproxy::{Direction, Fault, Proxy, Stats};
+use fencecheck_reports::FaultEffect;
 
 use super::target::member_links;
-use super::{Ask, Nemesis, Planned, Resolved};
+use super::{effect, Ask, Nemesis, Planned, Resolved};
 use crate::record::history::{EventType, F};
 
 /// Member links exist only where the system's members talk to each other.
@@ -45,6 +46,7 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
         }
         _ => Vec::new(),
     };
+    let before: Vec<Stats> = proxies.iter().map(Proxy::stats).collect();
     for px in &proxies {
         px.set(Direction::Both, fault);
     }
@@ -66,6 +68,8 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
     }));
     n.record(&start);
     tokio::time::sleep(p.duration).await;
+    // Counted before the fault is lifted: what the window itself did.
+    let after: Vec<Stats> = proxies.iter().map(Proxy::stats).collect();
     for px in &proxies {
         px.clear(Direction::Both);
     }
@@ -81,8 +85,95 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
     };
     let mut end = n.event(p, kind, f);
     end.detail = Some(serde_json::json!({ "action": "heal" }));
+    if !proxies.is_empty() {
+        effect::record(&mut end.detail, &counted(fault, &before, &after));
+    } else if !isolated.is_empty() {
+        effect::record(
+            &mut end.detail,
+            &FaultEffect::unchecked(
+                "members cut off on the docker network: no proxy of fencecheck's \
+                 stands on those links to count what was dropped",
+            ),
+        );
+    }
     if proxies.is_empty() && isolated.is_empty() {
         end.error = Some("no link to break".into());
     }
     n.record(&end);
+}
+
+/// Bytes a link fault acted on, from the proxies' counters before and after the
+/// window: dropped (a blackhole) or held back (a latency). None at all means no
+/// traffic crossed the links while the fault was on: it had nothing to act on.
+pub fn counted(fault: Fault, before: &[Stats], after: &[Stats]) -> FaultEffect {
+    let blackhole = matches!(fault, Fault::Blackhole);
+    let (mut up, mut down, mut links) = (0u64, 0u64, 0usize);
+    for (b, a) in before.iter().zip(after) {
+        let (u, d) = if blackhole {
+            (
+                a.bytes_dropped_upstream
+                    .saturating_sub(b.bytes_dropped_upstream),
+                a.bytes_dropped_downstream
+                    .saturating_sub(b.bytes_dropped_downstream),
+            )
+        } else {
+            (
+                a.bytes_delayed_upstream
+                    .saturating_sub(b.bytes_delayed_upstream),
+                a.bytes_delayed_downstream
+                    .saturating_sub(b.bytes_delayed_downstream),
+            )
+        };
+        up += u;
+        down += d;
+        links += usize::from(u + d > 0);
+    }
+    let verb = if blackhole { "dropped" } else { "delayed" };
+    if up + down == 0 {
+        return FaultEffect::unconfirmed(format!(
+            "no traffic crossed the link during the window (0 bytes {verb} on {} link{})",
+            before.len(),
+            if before.len() == 1 { "" } else { "s" }
+        ));
+    }
+    FaultEffect::confirmed(format!(
+        "{} bytes {verb} by the proxies ({up} toward the server, {down} back) on {links} of {} link{}",
+        up + down,
+        before.len(),
+        if before.len() == 1 { "" } else { "s" }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_only_what_the_window_did() {
+        let b = Stats {
+            bytes_dropped_upstream: 10,
+            bytes_delayed_downstream: 7,
+            ..Stats::default()
+        };
+        let a = Stats {
+            bytes_dropped_upstream: 30,
+            bytes_delayed_downstream: 7,
+            ..Stats::default()
+        };
+        let e = counted(Fault::Blackhole, &[b, b], &[a, b]);
+        assert_eq!(e.status, fencecheck_reports::EffectStatus::Confirmed);
+        assert!(e.how.starts_with("20 bytes dropped"), "{}", e.how);
+        assert!(e.how.contains("on 1 of 2 links"), "{}", e.how);
+        let lat = Fault::Latency {
+            latency: std::time::Duration::from_millis(5),
+            jitter: std::time::Duration::ZERO,
+        };
+        let e = counted(lat, &[b], &[a]);
+        assert_eq!(e.status, fencecheck_reports::EffectStatus::Unconfirmed);
+        assert!(
+            e.how.starts_with("no traffic crossed the link"),
+            "{}",
+            e.how
+        );
+    }
 }

@@ -7,7 +7,10 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::effect::{self, StopTarget};
 use super::{Ask, Nemesis, Planned, Resolved};
+use fencecheck_reports::FaultEffect;
+
 use crate::backend::Service;
 use crate::record::history::{EventType, F};
 use crate::scenario::{FaultKind, Target};
@@ -29,6 +32,71 @@ fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
     match nix::unistd::getpgid(Some(p)) {
         Ok(g) if g == p => nix::sys::signal::killpg(p, sig),
         _ => kill(p, sig),
+    }
+}
+
+/// Does `pid` lead its own process group (so [`signal`] stops the group)?
+fn leads_group(pid: u32) -> bool {
+    let p = Pid::from_raw(pid as i32);
+    nix::unistd::getpgid(Some(p)).is_ok_and(|g| g == p)
+}
+
+/// Was every stopped process seen stopped? Workers (with their groups) and
+/// processes the backend stopped by signal through `/proc`; containers through
+/// the engine's own paused state.
+async fn confirm(
+    n: &Nemesis,
+    pids: &[u32],
+    frozen: &[(Service, serde_json::Value)],
+) -> FaultEffect {
+    let mut targets: Vec<StopTarget> = pids
+        .iter()
+        .map(|&pid| StopTarget {
+            pid,
+            group: leads_group(pid),
+        })
+        .collect();
+    let mut effects = Vec::new();
+    for (svc, what) in frozen {
+        let num = |k: &str| what.get(k).and_then(serde_json::Value::as_u64);
+        if let Some(pid) = num("pid") {
+            targets.push(StopTarget {
+                pid: pid as u32,
+                group: false,
+            });
+        } else if let Some(pid) = num("process_group") {
+            targets.push(StopTarget {
+                pid: pid as u32,
+                group: true,
+            });
+        } else {
+            effects.push(match n.world.backend.lock().await.is_paused(*svc).await {
+                Ok(Some(true)) => {
+                    FaultEffect::confirmed(format!("{} seen paused by the engine", name(*svc)))
+                }
+                Ok(Some(false)) => FaultEffect::unconfirmed(format!(
+                    "{} not paused, as the engine tells it",
+                    name(*svc)
+                )),
+                Ok(None) => {
+                    FaultEffect::unchecked(format!("{}: the backend cannot tell", name(*svc)))
+                }
+                Err(e) => {
+                    FaultEffect::unchecked(format!("{}: the engine did not say: {e:#}", name(*svc)))
+                }
+            });
+        }
+    }
+    if !targets.is_empty() {
+        effects.insert(0, effect::stopped(&targets, effect::WITHIN).await);
+    }
+    effect::all(effects)
+}
+
+fn name(svc: Service) -> String {
+    match svc {
+        Service::Member(i) => format!("member {i}"),
+        Service::Storage => "the storage".into(),
     }
 }
 
@@ -72,7 +140,7 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     for &svc in &services {
         match n.world.backend.lock().await.pause(svc).await {
             Ok(what) => {
-                frozen.push(svc);
+                frozen.push((svc, what.clone()));
                 done.push(what);
             }
             Err(e) => errors.push(format!("pause {svc:?}: {e:#}")),
@@ -85,7 +153,12 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
         "done": done,
         "duration_ms": p.duration.as_millis() as u64,
     }));
+    if !done.is_empty() {
+        let e = confirm(n, &stopped, &frozen).await;
+        effect::record(&mut start.detail, &e);
+    }
     n.record(&start);
+    let frozen: Vec<Service> = frozen.into_iter().map(|(svc, _)| svc).collect();
     tokio::time::sleep(p.duration).await;
     for &pid in &stopped {
         if let Err(e) = cont(pid) {

@@ -230,7 +230,45 @@ fn counter_inconsistency(c: &CounterCheck) -> Option<String> {
     Some(why)
 }
 
+impl Count {
+    /// Does it rule 0 out (`">0"`, `">=N"`, `N` with N ≥ 1)? Then only something
+    /// the run caused can meet it.
+    pub fn needs_some(&self) -> bool {
+        match *self {
+            Count::AtLeast(n) | Count::Exactly(n) => n > 0,
+            Count::Any | Count::AtMost(_) => false,
+        }
+    }
+}
+
 impl Expect {
+    /// The expectations that ask for a finding — a count that 0 does not meet,
+    /// or a check that must be violated — as `name expected` (e.g.
+    /// `stale_rejected >=1`). A run that needs one and whose faults all failed
+    /// to take effect is inconclusive (`check::faults::inconclusive`).
+    pub fn needs_finding(&self) -> Vec<String> {
+        let counts = [
+            ("fencing_violations", Some(self.fencing_violations)),
+            ("stale_rejected", self.stale_rejected),
+            ("fresh_rejected", self.fresh_rejected),
+            ("mutex_overlaps", self.mutex_overlaps),
+            ("lost_updates", self.lost_updates),
+            ("keepalive_lost", self.keepalive_lost),
+            ("token_regressions", self.token_regressions),
+            ("token_repeats", self.token_repeats),
+            ("late_grants", self.late_grants),
+            ("late_grants_caught", self.late_grants_caught),
+        ];
+        let mut out: Vec<String> = counts
+            .into_iter()
+            .filter_map(|(name, c)| c.filter(Count::needs_some).map(|c| format!("{name} {c}")))
+            .collect();
+        if self.linearizable == Some(Holds::Violated) {
+            out.push("linearizable violated".into());
+        }
+        out
+    }
+
     /// Judges every expectation, stated or defaulted, against the checks. A
     /// defaulted one says so (`default`), so a failure names the check that failed
     /// without an expectation allowing it.

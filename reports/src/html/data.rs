@@ -30,6 +30,7 @@ pub(super) fn timeline_section(h: &mut String, ctx: &Ctx) {
     h.push_str("<ul class=\"legend strip\" id=\"tl-legend\">");
     h.push_str(LEGEND);
     h.push_str("</ul>\n");
+    fault_counts_table(h, ctx.report);
     if ctx.report.faults.is_empty() {
         h.push_str("<p class=\"muted\" id=\"tl-faults-none\">No fault was injected.</p>\n");
     } else {
@@ -38,7 +39,7 @@ pub(super) fn timeline_section(h: &mut String, ctx: &Ctx) {
             let _ = writeln!(
                 h,
                 "<li class=\"tl-fault k-{kind_cls}\" id=\"fault-{id}\" data-fault-id=\"{id}\" data-kind=\"{kind}\">\
-                 <span class=\"sw {sw}\"></span> <b>#{id}</b> {kind} → {target}: {words} {link}</li>",
+                 <span class=\"sw {sw}\"></span> <b>#{id}</b> {kind} → {target}: {words}{effect} {link}</li>",
                 id = f.id,
                 kind_cls = escape(&f.kind),
                 sw = fault_swatch(&f.kind),
@@ -46,11 +47,72 @@ pub(super) fn timeline_section(h: &mut String, ctx: &Ctx) {
                 target = escape(&f.target),
                 words = escape(&ctx.fault_words(f)),
                 link = goto_link(&format!("fault-{}", f.id)),
+                effect = f
+                    .effect
+                    .as_ref()
+                    .map(|e| format!(
+                        " <span class=\"effect e-{st}\">— {st}: {how}</span>",
+                        st = e.status.as_str(),
+                        how = escape(&e.how)
+                    ))
+                    .unwrap_or_default(),
             );
         }
         h.push_str("</ul>\n");
     }
     h.push_str("</section>\n");
+}
+
+/// Per fault kind: planned, injected, confirmed, unconfirmed, skipped; then
+/// every fault not confirmed, with its reason.
+fn fault_counts_table(h: &mut String, r: &Report) {
+    if r.fault_counts.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h3>Fault confirmation</h3>\n<table class=\"exp\" id=\"fault-counts\">\n<thead><tr>\
+         <th>kind</th><th>planned</th><th>injected</th><th>confirmed</th><th>unconfirmed</th>\
+         <th>skipped</th></tr></thead>\n<tbody>\n",
+    );
+    for c in &r.fault_counts {
+        let _ = writeln!(
+            h,
+            "<tr class=\"{cls}\" data-kind=\"{kind}\"><td>{kind}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            c.planned,
+            c.injected,
+            c.confirmed,
+            c.unconfirmed,
+            c.skipped,
+            cls = if c.confirmed == c.injected && c.skipped == 0 {
+                "met"
+            } else {
+                "unmet"
+            },
+            kind = escape(&c.kind),
+        );
+    }
+    h.push_str("</tbody></table>\n");
+    let reasons: Vec<_> = r
+        .fault_counts
+        .iter()
+        .flat_map(|c| c.reasons.iter().map(move |why| (&c.kind, why)))
+        .collect();
+    if !reasons.is_empty() {
+        h.push_str("<ul id=\"fault-reasons\" class=\"faults\">\n");
+        for (kind, why) in reasons {
+            let _ = writeln!(
+                h,
+                "<li data-fault-id=\"{id}\"><b>#{id}</b> {kind} {st}: {reason} {link}</li>",
+                id = why.id,
+                kind = escape(kind),
+                st = why.status.as_str(),
+                reason = escape(&why.reason),
+                link = goto_link(&format!("fault-{}", why.id)),
+            );
+        }
+        h.push_str("</ul>\n");
+    }
 }
 
 pub(super) fn fault_swatch(kind: &str) -> &'static str {

@@ -56,10 +56,13 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     h
 }
 
-/// PASS, FAIL, or INCOMPLETE for a run that never reached its end.
+/// PASS, FAIL, INCOMPLETE for a run that never reached its end, or
+/// INCONCLUSIVE for one that needed a finding no fault took effect to make.
 pub(super) fn verdict_word(r: &Report) -> &'static str {
     if r.incomplete.is_some() {
         "INCOMPLETE"
+    } else if r.inconclusive.is_some() {
+        "INCONCLUSIVE"
     } else if r.passed {
         "PASS"
     } else {
@@ -72,6 +75,8 @@ pub(super) fn verdict_banner(h: &mut String, ctx: &Ctx) {
     let unmet = r.expectations.iter().filter(|e| !e.met).count();
     let sub = if let Some(why) = &r.incomplete {
         why.clone()
+    } else if let Some(why) = &r.inconclusive {
+        format!("INCONCLUSIVE: {why}")
     } else if r.passed {
         if r.expectations.is_empty() {
             "PASS: no expectation was set, and nothing the defaults check failed".to_string()
@@ -96,7 +101,13 @@ pub(super) fn verdict_banner(h: &mut String, ctx: &Ctx) {
         "<header id=\"verdict\" class=\"verdict {cls}\" data-passed=\"{passed}\">\n\
          <div class=\"verdict-word\">{word}</div>\n<div class=\"verdict-text\">\n\
          <h1>{scenario}</h1>\n<p class=\"desc\">{desc}</p>\n<p class=\"verdict-sub\">{sub} <a class=\"howto-link\" href=\"#howto\">how to read this report</a></p>\n",
-        cls = if r.passed { "pass" } else { "fail" },
+        cls = if r.passed {
+            "pass"
+        } else if r.inconclusive.is_some() {
+            "fail unk"
+        } else {
+            "fail"
+        },
         passed = r.passed,
         scenario = escape(&r.run.scenario),
         desc = escape(&r.run.description),

@@ -235,6 +235,8 @@ pub fn synthetic(workers: u32, ops: usize, secs: u64) -> (Report, Timeline) {
             detail: serde_json::json!({"action": "SIGSTOP", "victims": [
                 {"worker": victim, "pid": 1000 + victim, "lease": 5_796_311_021_997_294_600u64, "revision": 40 + id}
             ]}),
+            error: None,
+            effect: None,
         });
         tl.notices.push(Notice {
             worker: victim,

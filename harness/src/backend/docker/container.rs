@@ -191,6 +191,15 @@ pub(super) async fn kill(d: &Docker, c: &Running, signal: &str) -> Result<()> {
         .with_context(|| format!("docker kill -s {signal} {}", c.id()))
 }
 
+/// Is the container paused (`docker inspect`'s `State.Paused`)?
+pub(super) async fn paused(d: &Docker, c: &Running) -> Result<bool> {
+    let info = d
+        .inspect_container(c.id(), None)
+        .await
+        .with_context(|| format!("docker inspect {}", c.id()))?;
+    Ok(info.state.and_then(|s| s.paused).unwrap_or(false))
+}
+
 /// The host pid of the container's main process, for the nemesis record.
 pub(super) async fn pid(d: &Docker, c: &Running) -> Option<i64> {
     d.inspect_container(c.id(), None)

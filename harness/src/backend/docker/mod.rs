@@ -319,6 +319,15 @@ impl DockerBackend {
         Ok(serde_json::json!({ "action": "docker pause", "container": name }))
     }
 
+    /// The container's paused state, as the engine reports it.
+    pub async fn is_paused(&mut self, who: Service) -> Result<bool> {
+        let c = match who {
+            Service::Member(i) => self.member(i)?.container()?.clone(),
+            Service::Storage => self.storage.container()?.clone(),
+        };
+        container::paused(&self.docker, &c).await
+    }
+
     pub async fn resume(&mut self, who: Service) -> Result<()> {
         self.paused.remove(&who);
         let inflight = &self.guard.inflight;
