@@ -300,7 +300,7 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let _ = writeln!(
         s,
         "  {} faults injected; {} sessions lost; {} workers; backend {}, {} {}, seed {}",
-        r.faults.len(),
+        injected(r),
         r.stats.keepalive_lost,
         r.run.behaviour,
         r.run.backend,
@@ -321,4 +321,15 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         run_dir.join(crate::record::rundir::REPORT_HTML).display()
     );
     s
+}
+
+/// Faults injected: the confirmation tally's when the report has one (a fault
+/// whose injection failed is not injected), else every fault window (a run
+/// recorded before faults were confirmed).
+fn injected(r: &Report) -> u64 {
+    if r.fault_counts.is_empty() {
+        r.faults.len() as u64
+    } else {
+        r.fault_counts.iter().map(|c| c.injected).sum()
+    }
 }
