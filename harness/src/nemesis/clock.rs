@@ -70,31 +70,32 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
     // The instance's clock must show at least the step, less a little for the
     // time two TIME calls apart cannot account for.
     let want = before_us + (by.as_micros() as i64) * 9 / 10;
+    // What was done and read, whether or not the instance was seen to move.
+    let detail = |now: i64| {
+        serde_json::json!({
+            "member": m,
+            "offset_ms_before": old / 1_000_000,
+            "offset_ms_after": new / 1_000_000,
+            "instance_time_before_us": before_us,
+            "instance_time_after_us": now,
+        })
+    };
     loop {
         match n.world.service.member_time_us(m).await {
             Ok(now) if now >= want => {
-                return Ok(serde_json::json!({
-                    "member": m,
-                    "offset_ms_before": old / 1_000_000,
-                    "offset_ms_after": new / 1_000_000,
-                    "instance_time_before_us": before_us,
-                    "instance_time_after_us": now,
-                    "seen_after_ms": t0.elapsed().as_millis() as u64,
-                }))
+                let mut d = detail(now);
+                d["seen_after_ms"] = (t0.elapsed().as_millis() as u64).into();
+                return Ok(d);
             }
             // Stepped, but not seen: injected, unconfirmed.
             Ok(now) if t0.elapsed() >= CONFIRM => {
-                return Ok(serde_json::json!({
-                    "member": m,
-                    "offset_ms_before": old / 1_000_000,
-                    "offset_ms_after": new / 1_000_000,
-                    "instance_time_before_us": before_us,
-                    "instance_time_after_us": now,
-                    "unconfirmed": format!(
-                        "member {m}'s clock did not move by {by:?} within {CONFIRM:?} \
-                         (is clockshim loaded? see its log)"
-                    ),
-                }))
+                let mut d = detail(now);
+                d["unconfirmed"] = format!(
+                    "member {m}'s clock did not move by {by:?} within {CONFIRM:?} \
+                     (is clockshim loaded? see its log)"
+                )
+                .into();
+                return Ok(d);
             }
             _ if t0.elapsed() >= CONFIRM => {
                 bail!("member {m}'s clock could not be read back within {CONFIRM:?} after the step")
