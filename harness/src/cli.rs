@@ -59,6 +59,16 @@ enum Command {
         /// check and per expectation).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Aim every fault: each fires on the moment that matters for its kind
+        /// (a holder paused between its read and its write, a session ended with
+        /// a write in flight, links cut or members hit right after a grant)
+        /// instead of at its time. Kinds, targets and durations are kept.
+        #[arg(long)]
+        aim: bool,
+        /// At most N injections of each aimed fault (e.g. 1: one fault per
+        /// `[[fault]]`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        aim_count: Option<u32>,
     },
     /// Run every scenario of a folder (or the files named), one summary table, one
     /// index.html linking every report. Exit 1 if any expectation is unmet.
@@ -82,6 +92,16 @@ enum Command {
         /// Also write JUnit XML here (a testsuite per run).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Aim every fault: each fires on the moment that matters for its kind
+        /// (a holder paused between its read and its write, a session ended with
+        /// a write in flight, links cut or members hit right after a grant)
+        /// instead of at its time. Kinds, targets and durations are kept.
+        #[arg(long)]
+        aim: bool,
+        /// At most N injections of each aimed fault (e.g. 1: one fault per
+        /// `[[fault]]`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        aim_count: Option<u32>,
         /// Run only part I of N (1-based): a scenario belongs to part
         /// 1 + (SHA-256 of its file name mod N).
         #[arg(long, value_name = "I/N")]
@@ -277,6 +297,8 @@ pub fn main() -> i32 {
             out,
             quiet,
             junit,
+            aim,
+            aim_count,
         } => {
             let o = Overrides {
                 seed,
@@ -285,6 +307,8 @@ pub fn main() -> i32 {
                 workers,
                 etcd,
                 out,
+                aim,
+                aim_count,
             };
             scenario(&file, &o, quiet, junit.as_deref())
         }
@@ -300,6 +324,8 @@ pub fn main() -> i32 {
             shard,
             list,
             merge,
+            aim,
+            aim_count,
         } => {
             let o = Overrides {
                 seed,
@@ -308,6 +334,8 @@ pub fn main() -> i32 {
                 workers: None,
                 etcd,
                 out: None,
+                aim,
+                aim_count,
             };
             let ci = SuiteCi { junit, shard, list };
             if merge {
@@ -549,12 +577,14 @@ fn validate(files: &[PathBuf], schedule: bool, seed: Option<u64>) -> i32 {
             println!("  schedule with seed {seed}:");
             for p in crate::nemesis::plan(&s, seed) {
                 println!(
-                    "  #{:<3} at {:>8.3}s  {:<14} {:<24} for {:.3}s",
+                    "  #{:<3} {} {:>8.3}s  {:<14} {:<24} for {:.3}s{}",
                     p.id,
+                    if p.aim.is_some() { "armed" } else { "at   " },
                     p.at.as_secs_f64(),
                     p.kind.to_string(),
                     p.target.to_string(),
-                    p.duration.as_secs_f64()
+                    p.duration.as_secs_f64(),
+                    p.aim.map(|a| format!(", aimed at {a}")).unwrap_or_default()
                 );
             }
         }

@@ -299,8 +299,12 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     }
     let _ = writeln!(
         s,
-        "  {} faults injected; {} sessions lost; {} workers; backend {}, {} {}, seed {}",
+        "  {} faults injected{}; {} sessions lost; {} workers; backend {}, {} {}, seed {}",
         injected(r),
+        match r.faults.iter().filter(|f| f.aim_words().is_some()).count() {
+            0 => String::new(),
+            n => format!(" ({n} aimed)"),
+        },
         r.stats.keepalive_lost,
         r.run.behaviour,
         r.run.backend,

@@ -36,6 +36,10 @@ pub struct Overrides {
     pub workers: Option<u32>,
     pub etcd: Option<EtcdVersion>,
     pub out: Option<PathBuf>,
+    /// `--aim`: every fault in its most damaging aimed form.
+    pub aim: bool,
+    /// `--aim-count N`: at most N injections of each aimed fault.
+    pub aim_count: Option<u32>,
 }
 
 /// Why a run did not produce a report.
@@ -73,6 +77,16 @@ pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
             s.cluster.version = Some(e.to_string());
         }
     }
+    if o.aim {
+        for f in &mut s.faults {
+            f.fault.aim_most_damaging();
+        }
+    }
+    if let Some(n) = o.aim_count {
+        for f in &mut s.faults {
+            f.fault.cap_count(n);
+        }
+    }
     let seed = o.seed.or(s.seed).unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -90,6 +104,8 @@ struct Run<'a> {
     seed: u64,
     dir: PathBuf,
     quiet: bool,
+    /// Flags the reproduce command needs beyond the scenario's own (`--aim`).
+    extra_flags: String,
     /// The fenced resource's harness side.
     resource: Box<dyn Resource>,
 }
@@ -153,6 +169,12 @@ pub async fn run(
             .clone()
             .unwrap_or_else(|| default_run_dir(&scenario.name)),
         quiet,
+        extra_flags: match (o.aim, o.aim_count) {
+            (false, None) => String::new(),
+            (true, None) => " --aim".into(),
+            (false, Some(n)) => format!(" --aim-count {n}"),
+            (true, Some(n)) => format!(" --aim --aim-count {n}"),
+        },
     };
     std::fs::create_dir_all(&run.dir)
         .with_context(|| format!("cannot create run directory {}", run.dir.display()))?;
@@ -241,7 +263,17 @@ async fn drive(
         plan.len()
     ));
 
-    let nem_task = tokio::spawn(nem.clone().run(plan, tokio::time::Instant::now()));
+    // Aimed faults watch the workers' own records as they are written.
+    let feed = plan.iter().any(|p| p.aim.is_some()).then(|| {
+        Arc::new(nemesis::aim::Feed::start(
+            (0..run.s.workload.workers)
+                .map(|i| (i, rundir::worker_events(&run.dir, i)))
+                .collect(),
+        ))
+    });
+    let begin = tokio::time::Instant::now();
+    let end = begin + Duration::from_nanos(end_ns.saturating_sub(monotonic_ns()));
+    let nem_task = tokio::spawn(nem.clone().run(plan, begin, end, feed));
     if main_phase(run).await == Phase::Interrupted {
         nem_task.abort();
         nem.heal();
@@ -271,7 +303,7 @@ fn write_run_info(
         scenario: s.name.clone(),
         description: s.description.clone(),
         seed: run.seed,
-        command: reproduce_command(run.path, s, run.seed),
+        command: reproduce_command(run.path, s, run.seed) + &run.extra_flags,
         run_dir: run.dir.display().to_string(),
         started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         duration_s: s.duration.as_secs_f64(),
@@ -306,6 +338,7 @@ fn write_run_info(
                 target: p.target.to_string(),
                 at_ms: p.at.as_millis() as u64,
                 duration_ms: p.duration.as_millis() as u64,
+                aim: p.aim.map(|a| a.to_string()),
             })
             .collect(),
     };

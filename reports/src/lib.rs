@@ -172,6 +172,10 @@ pub struct PlannedFault {
     pub target: String,
     pub at_ms: u64,
     pub duration_ms: u64,
+    /// An aimed fault: the event it fires on (`read`, `grant +20ms`…); `at_ms`
+    /// is then when it is armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aim: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -383,6 +387,33 @@ pub struct FaultWindow {
     /// written before faults were confirmed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<FaultEffect>,
+}
+
+impl FaultWindow {
+    /// An aimed fault's trigger, in words: "aimed at read of worker 2 on k0
+    /// (grant 1187), fired 1.3 ms after it". From `detail.aim`, which the
+    /// nemesis writes on the fault's `invoke` (absent: fired at its time).
+    pub fn aim_words(&self) -> Option<String> {
+        let a = self.detail.get("aim")?;
+        let event = a.get("event").and_then(|v| v.as_str()).unwrap_or("?");
+        let Some(seen) = a.get("seen") else {
+            return Some(format!("aimed at {event}: none seen"));
+        };
+        let mut w = format!("aimed at {event}");
+        if let Some(n) = seen.get("worker").and_then(|v| v.as_u64()) {
+            w += &format!(" of worker {n}");
+        }
+        if let Some(k) = seen.get("key").and_then(|v| v.as_str()) {
+            w += &format!(" on {k}");
+        }
+        if let Some(g) = seen.get("grant").and_then(|v| v.as_i64()) {
+            w += &format!(" (grant {g})");
+        }
+        if let Some(ms) = a.get("after_ms").and_then(|v| v.as_f64()) {
+            w += &format!(", fired {ms:.1} ms after it");
+        }
+        Some(w)
+    }
 }
 
 /// What became of one planned fault.

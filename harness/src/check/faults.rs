@@ -241,6 +241,7 @@ mod tests {
             target: "holder".into(),
             at_ms: u64::from(id) * 1000,
             duration_ms: 500,
+            aim: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! and `inject`: `pause`, `session` (revoke-lease, expire-session), `delay`,
 //! `partition` (both over `net`), `kill`, `clock` (clock-jump).
 
+pub mod aim;
 pub mod clock;
 pub mod delay;
 pub mod effect;
@@ -32,7 +33,7 @@ use crate::links::Links;
 use crate::record::history::{Event, EventType, EventWriter, Process, F};
 use crate::scenario::{FaultKind, ServiceKind, Target};
 use crate::systems::service::{Capabilities, LockService};
-pub use schedule::{plan, Planned};
+pub use schedule::{plan, AimAt, Planned};
 pub use target::{Resolved, Victim};
 
 /// What a fault's availability is decided from: the system's and the backend's
@@ -79,6 +80,8 @@ pub struct Nemesis {
     rng: Mutex<ChaCha8Rng>,
     /// Pids this nemesis has stopped and not yet continued: healed on every exit path.
     stopped: Mutex<HashSet<u32>>,
+    /// Aimed faults: what each fired on, added to its `invoke` event's detail.
+    aimed: Mutex<HashMap<u32, serde_json::Value>>,
 }
 
 impl Nemesis {
@@ -89,17 +92,48 @@ impl Nemesis {
             // Target choices use their own stream, so they do not shift the schedule.
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x9e37_79b9))),
             stopped: Mutex::new(HashSet::new()),
+            aimed: Mutex::new(HashMap::new()),
         }))
     }
 
-    /// Runs the whole plan; returns when every fault has ended.
-    pub async fn run(self: Arc<Self>, plan: Vec<Planned>, start: tokio::time::Instant) {
+    /// Runs the whole plan; returns when every fault has ended. `end` is the
+    /// run's end (an aimed fault must still fit before it); `feed` the workers'
+    /// events, for the aimed ones.
+    pub async fn run(
+        self: Arc<Self>,
+        plan: Vec<Planned>,
+        start: tokio::time::Instant,
+        end: tokio::time::Instant,
+        feed: Option<Arc<aim::Feed>>,
+    ) {
         let mut tasks = Vec::new();
+        // Each `[[fault]]`'s aimed injections in turn: one is armed after the
+        // one before it has ended, so they never overlap.
+        let mut aimed: Vec<(usize, Vec<Planned>)> = Vec::new();
         for p in plan {
+            if p.aim.is_some() {
+                match aimed.iter_mut().find(|(spec, _)| *spec == p.spec) {
+                    Some((_, v)) => v.push(p),
+                    None => aimed.push((p.spec, vec![p])),
+                }
+                continue;
+            }
             let me = self.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep_until(start + p.at).await;
-                me.inject(&p).await;
+                me.inject(&p, None).await;
+            }));
+        }
+        for (_, list) in aimed {
+            let me = self.clone();
+            let feed = feed.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut free = start;
+                for p in list {
+                    free = me
+                        .aimed(&p, (start + p.at).max(free), end, feed.as_deref())
+                        .await;
+                }
             }));
         }
         for t in tasks {
@@ -107,9 +141,73 @@ impl Nemesis {
         }
     }
 
-    async fn inject(&self, p: &Planned) {
+    /// One aimed injection: armed at `armed`, fired `offset` after the first
+    /// matching event, or recorded as not done when none comes while the fault
+    /// still fits before `end`. Returns when it has ended.
+    async fn aimed(
+        &self,
+        p: &Planned,
+        armed: tokio::time::Instant,
+        end: tokio::time::Instant,
+        feed: Option<&aim::Feed>,
+    ) -> tokio::time::Instant {
+        let Some(a) = p.aim else {
+            return armed;
+        };
+        tokio::time::sleep_until(armed).await;
+        let armed_ns = crate::record::history::monotonic_ns();
+        let last = end
+            .checked_sub(p.duration + a.offset + std::time::Duration::from_millis(1))
+            .unwrap_or(armed);
+        let seen = match feed {
+            Some(feed) => wait_for(feed, p, a, armed_ns, last).await,
+            None => None,
+        };
+        let Some(seen) = seen else {
+            let f = F::Fault(p.kind);
+            let mut ev = self.event(p, EventType::Invoke, f);
+            ev.detail = Some(
+                serde_json::json!({ "aim": { "event": a.event, "armed_ms": p.at.as_millis() as u64 } }),
+            );
+            self.record(&ev);
+            let mut end_ev = self.event(p, EventType::Fail, f);
+            let waited = last.saturating_duration_since(armed);
+            end_ev.error = Some(format!(
+                "aimed at {}: no such event of {} seen in the {} it could still fit in the run",
+                a.event,
+                p.target,
+                humantime::format_duration(std::time::Duration::from_millis(
+                    waited.as_millis() as u64
+                ))
+            ));
+            self.record(&end_ev);
+            return tokio::time::Instant::now();
+        };
+        tokio::time::sleep(a.offset).await;
+        let fired_ns = crate::record::history::monotonic_ns();
+        if let Ok(mut m) = self.aimed.lock() {
+            m.insert(
+                p.id,
+                serde_json::json!({
+                    "event": a.event,
+                    "offset_ms": a.offset.as_millis() as u64,
+                    "seen": seen,
+                    "after_ms": (fired_ns.saturating_sub(seen.time_ns)) as f64 / 1e6,
+                }),
+            );
+        }
+        let victim = aim::names_victim(p.target, &seen).then_some(seen);
+        self.inject(p, victim.as_ref()).await;
+        tokio::time::Instant::now()
+    }
+
+    async fn inject(&self, p: &Planned, aimed: Option<&aim::Seen>) {
         let f = F::Fault(p.kind);
-        let resolved = match target::resolve(self, p.target).await {
+        let resolved = match aimed {
+            Some(seen) => target::aimed(self, p.target, seen),
+            None => target::resolve(self, p.target).await,
+        };
+        let resolved = match resolved {
             Ok(v) => v,
             Err(e) => {
                 let mut ev = self.event(p, EventType::Invoke, f);
@@ -141,6 +239,25 @@ impl Nemesis {
     }
 
     fn record(&self, e: &Event) {
+        // An aimed fault's `invoke` says what it fired on.
+        let aimed = (e.kind == EventType::Invoke)
+            .then_some(e.fault_id)
+            .flatten()
+            .and_then(|id| self.aimed.lock().ok().and_then(|mut m| m.remove(&id)));
+        let with_aim;
+        let e = match aimed {
+            Some(a) => {
+                let mut c = e.clone();
+                let mut d = c.detail.take().unwrap_or_else(|| serde_json::json!({}));
+                if let Some(o) = d.as_object_mut() {
+                    o.insert("aim".into(), a);
+                }
+                c.detail = Some(d);
+                with_aim = c;
+                &with_aim
+            }
+            None => e,
+        };
         match self.log.lock() {
             Ok(mut w) => {
                 if let Err(err) = w.write(e) {
@@ -167,6 +284,29 @@ impl Nemesis {
     pub async fn heal_all(&self) -> Vec<String> {
         self.heal();
         self.world.backend.lock().await.heal().await
+    }
+}
+
+/// The first event after `armed_ns` that fits the fault, or `None` by `last`.
+async fn wait_for(
+    feed: &aim::Feed,
+    p: &Planned,
+    a: AimAt,
+    armed_ns: u64,
+    last: tokio::time::Instant,
+) -> Option<aim::Seen> {
+    let mut rx = feed.subscribe();
+    loop {
+        let got = tokio::time::timeout_at(last, rx.recv()).await.ok()?;
+        match got {
+            Ok(seen) if seen.event == a.event && seen.time_ns >= armed_ns => {
+                if aim::fits(p.target, &seen) {
+                    return Some(seen);
+                }
+            }
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        }
     }
 }
 

@@ -6,7 +6,30 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::scenario::{FaultKind, Scenario, Target};
+use crate::scenario::{AimEvent, FaultKind, Scenario, Target};
+
+/// An aimed fault's trigger: fires `offset` after the first `event` seen once it
+/// is armed (at its planned time `at`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AimAt {
+    pub event: AimEvent,
+    pub offset: Duration,
+}
+
+impl std::fmt::Display for AimAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.offset.is_zero() {
+            write!(f, "{}", self.event)
+        } else {
+            write!(
+                f,
+                "{} +{}",
+                self.event,
+                humantime::format_duration(self.offset)
+            )
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
@@ -15,8 +38,10 @@ pub struct Planned {
     pub spec: usize,
     pub kind: FaultKind,
     pub target: Target,
-    /// Offset from the start of the run.
+    /// Offset from the start of the run; for an aimed fault, when it is armed.
     pub at: Duration,
+    /// Fire on an event instead of at `at`.
+    pub aim: Option<AimAt>,
     /// How long it lasts (for a kill: until the restart).
     pub duration: Duration,
     /// delay only.
@@ -36,6 +61,12 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
     for (spec, f) in scenario.faults.iter().enumerate() {
         let duration = f.window(scenario.lock.ttl);
         let fits = |at: Duration| at + duration < scenario.duration;
+        if f.aim().is_on() {
+            for at in aimed_arms(f, scenario, &mut rng) {
+                out.push((spec, at, duration));
+            }
+            continue;
+        }
         if let Some(at) = f.at() {
             if fits(at) {
                 out.push((spec, at, duration));
@@ -72,6 +103,10 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 kind: f.kind,
                 target: f.target,
                 at,
+                aim: f.aim_event().map(|event| AimAt {
+                    event,
+                    offset: f.offset().unwrap_or_default(),
+                }),
                 duration,
                 latency: latency.unwrap_or_default(),
                 latency_jitter: latency_jitter.unwrap_or_default(),
@@ -79,6 +114,38 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 back: f.back().unwrap_or_default(),
             }
         })
+        .collect()
+}
+
+/// When an aimed fault's injections are armed: the times `at` or `every` would
+/// inject at (from the start when it has neither), as many as `count` asks —
+/// past the last of them, armed at the last one (the nemesis arms each after
+/// the one before has ended).
+fn aimed_arms(f: &crate::scenario::Fault, s: &Scenario, rng: &mut ChaCha8Rng) -> Vec<Duration> {
+    let mut times = Vec::new();
+    if let Some(at) = f.at() {
+        times.push(at);
+    } else if let Some(every) = f.every() {
+        let mut t = Duration::ZERO;
+        loop {
+            let gap = if f.jitter() {
+                Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
+            } else {
+                every
+            };
+            t += gap.max(Duration::from_millis(1));
+            if t >= s.duration {
+                break;
+            }
+            times.push(t);
+        }
+    } else {
+        times.push(Duration::ZERO);
+    }
+    let count = f.count().map_or(times.len(), |c| c as usize);
+    let last = times.last().copied().unwrap_or_default();
+    (0..count)
+        .map(|i| times.get(i).copied().unwrap_or(last))
         .collect()
 }
 
@@ -116,6 +183,55 @@ mod tests {
         }
         let ids: Vec<u32> = p.iter().map(|p| p.id).collect();
         assert_eq!(ids, (1..=p.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn aimed_faults_are_armed_at_their_planned_times_as_many_as_count_says() {
+        let s = scenario(
+            "[[fault]]\nkind = \"pause\"\nevery = \"5s\"\nduration = \"3s\"\naim = true\n\
+             [[fault]]\nkind = \"revoke-lease\"\nat = \"4s\"\naim = \"grant\"\noffset = \"20ms\"\ncount = 3\n",
+        );
+        let p = plan(&s, 1);
+        let pauses: Vec<_> = p.iter().filter(|p| p.kind == FaultKind::Pause).collect();
+        // Armed at 5, 10, 15, 20, 25 (every 5 s in 30 s); a worker pause aims
+        // between a read and its write.
+        let at: Vec<u64> = pauses.iter().map(|p| p.at.as_secs()).collect();
+        assert_eq!(at, vec![5, 10, 15, 20, 25]);
+        assert!(pauses.iter().all(|p| p.aim
+            == Some(AimAt {
+                event: AimEvent::Read,
+                offset: Duration::ZERO
+            })));
+        let revokes: Vec<_> = p
+            .iter()
+            .filter(|p| p.kind == FaultKind::RevokeLease)
+            .collect();
+        assert_eq!(revokes.len(), 3);
+        assert!(revokes.iter().all(|p| p.at == Duration::from_secs(4)));
+        assert_eq!(
+            revokes[0].aim,
+            Some(AimAt {
+                event: AimEvent::Grant,
+                offset: Duration::from_millis(20)
+            })
+        );
+    }
+
+    #[test]
+    fn aim_count_caps_the_injections_and_time_based_faults_carry_no_aim() {
+        let mut s = scenario(
+            "[[fault]]\nkind = \"pause\"\nevery = \"5s\"\nduration = \"3s\"\n\
+             [[fault]]\nkind = \"kill\"\ntarget = \"leader\"\nevery = \"10s\"\n",
+        );
+        assert!(plan(&s, 1).iter().all(|p| p.aim.is_none()));
+        for f in &mut s.faults {
+            f.fault.aim_most_damaging();
+            f.fault.cap_count(1);
+        }
+        let p = plan(&s, 1);
+        assert_eq!(p.len(), 2, "{p:?}");
+        let kill = p.iter().find(|p| p.kind == FaultKind::Kill).expect("kill");
+        assert_eq!(kill.aim.map(|a| a.event), Some(AimEvent::Grant));
     }
 
     #[test]

@@ -161,6 +161,37 @@ pub async fn resolve(n: &Nemesis, target: Target) -> Result<Resolved> {
     })
 }
 
+/// The target of an aimed fault whose event names its victim
+/// ([`super::aim::names_victim`]): the worker whose event it was, with the
+/// grant and session the event carried.
+pub fn aimed(n: &Nemesis, target: Target, seen: &super::aim::Seen) -> Result<Resolved> {
+    let pid = *n
+        .world
+        .workers
+        .get(&seen.worker)
+        .with_context(|| format!("no worker {}", seen.worker))?;
+    let v = Victim {
+        worker: seen.worker,
+        pid,
+        lease: seen.session,
+        revision: seen.grant,
+        key: seen.key.clone(),
+    };
+    Ok(match target {
+        Target::HolderToService => Resolved::Links {
+            what: serde_json::json!({ "holder": v, "link": "holder → every member" }),
+            proxies: n
+                .world
+                .links
+                .worker_service
+                .get(v.worker as usize)
+                .cloned()
+                .unwrap_or_default(),
+        },
+        _ => Resolved::Workers(vec![v]),
+    })
+}
+
 /// Members as a target: their processes (pause, kill) or the links into them
 /// (delay, partition); the fault module takes what it needs.
 fn member_target(members: Vec<usize>, leader: Option<usize>) -> Resolved {

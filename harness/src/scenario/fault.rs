@@ -226,3 +226,130 @@ impl fmt::Display for Target {
         }
     }
 }
+
+/// What an aimed fault fires on (`[[fault]] aim`): an event of a worker's own
+/// record, seen by the harness as it is written. `renew` is named so that asking
+/// for it gets a clear refusal: workers do not record their keepalives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AimEvent {
+    /// A worker was told it holds the lock (its acquire answered `ok`).
+    Grant,
+    /// A holder's read of the storage answered: the fault lands between the
+    /// read and the write that depends on it.
+    Read,
+    /// A holder's write sent (in flight).
+    Write,
+    /// A waiter's acquire sent (in flight).
+    Acquire,
+    /// A session renewal in flight: not observable (refused by `check`).
+    Renew,
+}
+
+impl AimEvent {
+    pub const ALL: [AimEvent; 5] = [
+        AimEvent::Grant,
+        AimEvent::Read,
+        AimEvent::Write,
+        AimEvent::Acquire,
+        AimEvent::Renew,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AimEvent::Grant => "grant",
+            AimEvent::Read => "read",
+            AimEvent::Write => "write",
+            AimEvent::Acquire => "acquire",
+            AimEvent::Renew => "renew",
+        }
+    }
+
+    /// The kind's most damaging moment (`aim = true`, `--aim`), for a fault of
+    /// `kind` on `target`: a worker paused between its read and its write; a
+    /// session ended while its holder's write is in flight; a holder's links
+    /// slowed from its read on; a holder's links cut, or a member or the
+    /// storage hit, right after a grant (the whole hold then runs under it).
+    pub fn most_damaging(kind: FaultKind, target: Target) -> AimEvent {
+        match kind {
+            FaultKind::Pause if target.is_worker() => AimEvent::Read,
+            FaultKind::RevokeLease | FaultKind::ExpireSession => AimEvent::Write,
+            FaultKind::Delay => AimEvent::Read,
+            _ => AimEvent::Grant,
+        }
+    }
+}
+
+impl Serialize for AimEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for AimEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `[[fault]] aim`: `true` for the kind's most damaging event, or an event's
+/// name. `false` is the same as leaving it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "AimRepr", into = "AimRepr")]
+pub enum Aim {
+    #[default]
+    Off,
+    MostDamaging,
+    On(AimEvent),
+}
+
+impl Aim {
+    pub fn is_on(self) -> bool {
+        self != Aim::Off
+    }
+
+    /// The event it fires on, for a fault of `kind` on `target`.
+    pub fn event(self, kind: FaultKind, target: Target) -> Option<AimEvent> {
+        match self {
+            Aim::Off => None,
+            Aim::MostDamaging => Some(AimEvent::most_damaging(kind, target)),
+            Aim::On(e) => Some(e),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum AimRepr {
+    Flag(bool),
+    Event(String),
+}
+
+impl TryFrom<AimRepr> for Aim {
+    type Error = String;
+    fn try_from(r: AimRepr) -> Result<Self, String> {
+        match r {
+            AimRepr::Flag(false) => Ok(Aim::Off),
+            AimRepr::Flag(true) => Ok(Aim::MostDamaging),
+            AimRepr::Event(s) => AimEvent::ALL
+                .into_iter()
+                .find(|e| e.as_str() == s)
+                .map(Aim::On)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown aim {s:?}, expected true (the kind's most damaging event), \
+                         grant, read, write or acquire"
+                    )
+                }),
+        }
+    }
+}
+
+impl From<Aim> for AimRepr {
+    fn from(a: Aim) -> AimRepr {
+        match a {
+            Aim::Off => AimRepr::Flag(false),
+            Aim::MostDamaging => AimRepr::Flag(true),
+            Aim::On(e) => AimRepr::Event(e.as_str().to_string()),
+        }
+    }
+}

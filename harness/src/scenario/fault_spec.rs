@@ -8,8 +8,12 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::fault::{FaultKind, Target};
+use super::fault::{Aim, AimEvent, FaultKind, Target};
 use super::validate::line_of_nth_table_key;
+
+fn is_off(a: &Aim) -> bool {
+    !a.is_on()
+}
 
 /// Declares one kind's table: the fields every kind takes (who and when), then the
 /// kind's own durations.
@@ -31,6 +35,18 @@ macro_rules! fault_table {
             /// With `every`: gaps drawn uniformly from [0, 2*every) with the seed.
             #[serde(default)]
             pub jitter: bool,
+            /// Fire on an event the harness sees instead of at the time: each
+            /// injection is armed at its planned time and fires on the next such
+            /// event (`true`: the kind's most damaging one).
+            #[serde(default, skip_serializing_if = "is_off")]
+            pub aim: Aim,
+            /// With `aim`: how long after the event.
+            #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+            pub offset: Option<Duration>,
+            /// With `aim`: how many injections (default: as many as `at` or
+            /// `every` plan).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub count: Option<u32>,
             $(
                 $(#[$fdoc])*
                 #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
@@ -117,6 +133,27 @@ impl Fault {
     pub fn jitter(&self) -> bool {
         each!(self, f => f.jitter)
     }
+    pub fn aim(&self) -> Aim {
+        each!(self, f => f.aim)
+    }
+    /// Turns the fault into its aimed form (`--aim`), unless it is aimed already.
+    pub fn aim_most_damaging(&mut self) {
+        each!(self, f => if !f.aim.is_on() { f.aim = Aim::MostDamaging })
+    }
+    /// At most `n` aimed injections (`--aim-count`).
+    pub fn cap_count(&mut self, n: u32) {
+        each!(self, f => if f.aim.is_on() { f.count = Some(f.count.map_or(n, |c| c.min(n))) })
+    }
+    /// The event an aimed fault fires on.
+    pub fn aim_event(&self) -> Option<AimEvent> {
+        self.aim().event(self.kind(), self.target())
+    }
+    pub fn offset(&self) -> Option<Duration> {
+        each!(self, f => f.offset)
+    }
+    pub fn count(&self) -> Option<u32> {
+        each!(self, f => f.count)
+    }
     /// How long it lasts, where the kind takes a `duration`.
     pub fn duration(&self) -> Option<Duration> {
         match self {
@@ -165,8 +202,12 @@ impl Fault {
     /// An error names the key whose line it points at.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         let kind = self.kind();
+        self.check_aim()?;
         match (self.at(), self.every()) {
-            (None, None) => return Err(("kind", "needs `at` or `every`".into())),
+            // An aimed fault may leave both out: armed from the start.
+            (None, None) if !self.aim().is_on() => {
+                return Err(("kind", "needs `at` or `every` (or `aim`)".into()))
+            }
             (Some(_), Some(_)) => {
                 return Err(("every", "has both `at` and `every`; pick one".into()))
             }
@@ -235,6 +276,53 @@ impl Fault {
         Ok(())
     }
 }
+
+impl Fault {
+    /// `aim`, `offset` and `count`: what can be seen, and in range.
+    fn check_aim(&self) -> Result<(), (&'static str, String)> {
+        let aimed = self.aim().is_on();
+        if !aimed {
+            if self.offset().is_some() {
+                return Err(("offset", "`offset` only goes with `aim`".into()));
+            }
+            if self.count().is_some() {
+                return Err(("count", "`count` only goes with `aim`".into()));
+            }
+            return Ok(());
+        }
+        if self.aim_event() == Some(AimEvent::Renew) {
+            return Err((
+                "aim",
+                "aim = \"renew\" cannot be seen: workers do not record their session \
+                 renewals (keepalives); aim at grant, read, write or acquire"
+                    .into(),
+            ));
+        }
+        if let Some(o) = self.offset() {
+            if o > MAX_OFFSET {
+                return Err((
+                    "offset",
+                    format!(
+                        "`offset` must be at most {}",
+                        humantime::format_duration(MAX_OFFSET)
+                    ),
+                ));
+            }
+        }
+        match self.count() {
+            Some(0) => Err(("count", "`count` must be at least 1".into())),
+            Some(c) if c > MAX_COUNT => {
+                Err(("count", format!("`count` must be at most {MAX_COUNT}")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An aimed fault's delay after its event: beyond a minute it aims at nothing.
+pub const MAX_OFFSET: Duration = Duration::from_secs(60);
+/// Aimed injections of one `[[fault]]`.
+pub const MAX_COUNT: u32 = 1000;
 
 /// `None` when `t` fits `kind`; else the targets that would.
 fn targets_wanted(kind: FaultKind, t: Target) -> Option<&'static str> {

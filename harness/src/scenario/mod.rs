@@ -23,7 +23,7 @@ mod validate;
 
 pub use client::Client;
 pub use expect::{Count, Expect, Holds};
-pub use fault::{FaultKind, Target};
+pub use fault::{Aim, AimEvent, FaultKind, Target};
 pub use fault_spec::{Fault, FaultSpec};
 pub use locate::{locate, shipped_names};
 pub use storage::{http_url, Isolation, StorageKind, SyncCommit};

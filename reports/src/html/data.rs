@@ -39,7 +39,7 @@ pub(super) fn timeline_section(h: &mut String, ctx: &Ctx) {
             let _ = writeln!(
                 h,
                 "<li class=\"tl-fault k-{kind_cls}\" id=\"fault-{id}\" data-fault-id=\"{id}\" data-kind=\"{kind}\">\
-                 <span class=\"sw {sw}\"></span> <b>#{id}</b> {kind} → {target}: {words}{effect} {link}</li>",
+                 <span class=\"sw {sw}\"></span> <b>#{id}</b> {kind} → {target}: {words}{aim}{effect} {link}</li>",
                 id = f.id,
                 kind_cls = escape(&f.kind),
                 sw = fault_swatch(&f.kind),
@@ -47,6 +47,10 @@ pub(super) fn timeline_section(h: &mut String, ctx: &Ctx) {
                 target = escape(&f.target),
                 words = escape(&ctx.fault_words(f)),
                 link = goto_link(&format!("fault-{}", f.id)),
+                aim = f
+                    .aim_words()
+                    .map(|a| format!(" <span class=\"aim\">— {}</span>", escape(&a)))
+                    .unwrap_or_default(),
                 effect = f
                     .effect
                     .as_ref()
