@@ -74,6 +74,11 @@ impl From<OwnerNode> for Owner {
     }
 }
 
+/// How many `dump`s in a row must leave a session out for it to have ended,
+/// and how far apart (see `ask_leader`).
+const ABSENT_READINGS: u32 = 3;
+const ABSENT_APART: std::time::Duration = std::time::Duration::from_millis(150);
+
 /// A deletion that may mean its session ended: asked of the leader.
 struct Ask {
     session: i64,
@@ -119,18 +124,39 @@ async fn ask_leader(
         // notification of a closing session's deletions goes out just before the
         // leader drops the session from its tracker, several round trips before
         // this question arrives.
-        let deadline = tokio::time::Instant::now() + CALL;
+        //
+        // One `dump` that leaves a session out is not enough: the leader does
+        // not lock its tracker for a dump, and a session touched while the dump
+        // runs moves to a newer expiry bucket the dump may not list (ZooKeeper's
+        // `ExpiryQueue.dump` copies the bucket times first). A live kazoo session
+        // was once taken for ended that way. So the session must be missing from
+        // `ABSENT_READINGS` dumps in a row, a moment apart; any dump listing it
+        // says it lives.
+        let mut absent = 0;
         let alive = loop {
-            match session_alive(&clients, a.session).await {
-                Ok(alive) => break Some(alive),
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    tracing::warn!(
-                        "cannot tell whether session {:#x} ended: {e:#}",
-                        a.session as u64
-                    );
-                    break None;
+            let deadline = tokio::time::Instant::now() + CALL;
+            let reading = loop {
+                match session_alive(&clients, a.session).await {
+                    Ok(alive) => break Some(alive),
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        tracing::warn!(
+                            "cannot tell whether session {:#x} ended: {e:#}",
+                            a.session as u64
+                        );
+                        break None;
+                    }
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
                 }
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            };
+            match reading {
+                Some(false) => {
+                    absent += 1;
+                    if absent >= ABSENT_READINGS {
+                        break Some(false);
+                    }
+                    tokio::time::sleep(ABSENT_APART).await;
+                }
+                other => break other,
             }
         };
         if alive == Some(false) {
