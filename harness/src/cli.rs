@@ -60,11 +60,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
         /// Aim every fault: each fires on the moment that matters for its kind
-        /// (a holder paused between its read and its write, a session ended with
-        /// a write in flight, links cut or members hit right after a grant)
-        /// instead of at its time. Kinds, targets and durations are kept.
-        #[arg(long)]
-        aim: bool,
+        /// (a holder paused, or its session ended, between its read and its
+        /// write; links cut or members hit right after a grant) instead of at
+        /// its time; `--aim=EVENT` aims every fault at grant, read, write or
+        /// acquire. Kinds, targets and durations are kept.
+        #[arg(long, value_name = "EVENT", num_args = 0..=1, require_equals = true,
+              default_missing_value = "true")]
+        aim: Option<crate::scenario::Aim>,
         /// At most N injections of each aimed fault (e.g. 1: one fault per
         /// `[[fault]]`).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -93,11 +95,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
         /// Aim every fault: each fires on the moment that matters for its kind
-        /// (a holder paused between its read and its write, a session ended with
-        /// a write in flight, links cut or members hit right after a grant)
-        /// instead of at its time. Kinds, targets and durations are kept.
-        #[arg(long)]
-        aim: bool,
+        /// (a holder paused, or its session ended, between its read and its
+        /// write; links cut or members hit right after a grant) instead of at
+        /// its time; `--aim=EVENT` aims every fault at grant, read, write or
+        /// acquire. Kinds, targets and durations are kept.
+        #[arg(long, value_name = "EVENT", num_args = 0..=1, require_equals = true,
+              default_missing_value = "true")]
+        aim: Option<crate::scenario::Aim>,
         /// At most N injections of each aimed fault (e.g. 1: one fault per
         /// `[[fault]]`).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

@@ -36,8 +36,9 @@ pub struct Overrides {
     pub workers: Option<u32>,
     pub etcd: Option<EtcdVersion>,
     pub out: Option<PathBuf>,
-    /// `--aim`: every fault in its most damaging aimed form.
-    pub aim: bool,
+    /// `--aim[=EVENT]`: every fault aimed (by default at its kind's most
+    /// damaging event).
+    pub aim: Option<crate::scenario::Aim>,
     /// `--aim-count N`: at most N injections of each aimed fault.
     pub aim_count: Option<u32>,
 }
@@ -77,9 +78,9 @@ pub fn apply_overrides(s: &mut Scenario, o: &Overrides) -> u64 {
             s.cluster.version = Some(e.to_string());
         }
     }
-    if o.aim {
+    if let Some(a) = o.aim {
         for f in &mut s.faults {
-            f.fault.aim_most_damaging();
+            f.fault.aim_at(a);
         }
     }
     if let Some(n) = o.aim_count {
@@ -116,6 +117,19 @@ impl Run<'_> {
             eprintln!("· {m}");
         }
     }
+}
+
+/// `--aim[=EVENT] [--aim-count N]` as given, for the reproduce command.
+fn aim_flags(o: &Overrides) -> String {
+    let mut f = match o.aim {
+        None | Some(crate::scenario::Aim::Off) => String::new(),
+        Some(crate::scenario::Aim::MostDamaging) => " --aim".into(),
+        Some(crate::scenario::Aim::On(e)) => format!(" --aim={e}"),
+    };
+    if let Some(n) = o.aim_count {
+        f += &format!(" --aim-count {n}");
+    }
+    f
 }
 
 fn default_run_dir(name: &str) -> PathBuf {
@@ -169,12 +183,7 @@ pub async fn run(
             .clone()
             .unwrap_or_else(|| default_run_dir(&scenario.name)),
         quiet,
-        extra_flags: match (o.aim, o.aim_count) {
-            (false, None) => String::new(),
-            (true, None) => " --aim".into(),
-            (false, Some(n)) => format!(" --aim-count {n}"),
-            (true, Some(n)) => format!(" --aim --aim-count {n}"),
-        },
+        extra_flags: aim_flags(o),
     };
     std::fs::create_dir_all(&run.dir)
         .with_context(|| format!("cannot create run directory {}", run.dir.display()))?;

@@ -97,6 +97,16 @@ fn an_aimed_fault_whose_event_cannot_come_in_time_is_skipped_with_the_reason() {
 #[test]
 fn what_cannot_be_aimed_is_refused_before_anything_starts() {
     let dir = tempfile::tempdir().expect("tmp");
+    // On the command line: refused by the argument parser, exit 2.
+    for (flag, want) in [("--aim=renew", "renewals"), ("--aim=soon", "unknown aim")] {
+        let o = bin()
+            .args(["scenario", "scenarios/pause.toml", flag])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: want {want:?} in {err}");
+    }
     let cases = [
         ("aim = \"renew\"", "renewals", 7),
         ("aim = \"nudge\"", "unknown aim \"nudge\"", 7),

@@ -225,7 +225,7 @@ mod tests {
         );
         assert!(plan(&s, 1).iter().all(|p| p.aim.is_none()));
         for f in &mut s.faults {
-            f.fault.aim_most_damaging();
+            f.fault.aim_at(crate::scenario::Aim::MostDamaging);
             f.fault.cap_count(1);
         }
         let p = plan(&s, 1);

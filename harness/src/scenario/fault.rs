@@ -265,14 +265,16 @@ impl AimEvent {
     }
 
     /// The kind's most damaging moment (`aim = true`, `--aim`), for a fault of
-    /// `kind` on `target`: a worker paused between its read and its write; a
-    /// session ended while its holder's write is in flight; a holder's links
-    /// slowed from its read on; a holder's links cut, or a member or the
-    /// storage hit, right after a grant (the whole hold then runs under it).
+    /// `kind` on `target`: a worker paused, or its session ended, between its
+    /// read and its write (the write then lands under a grant that is gone:
+    /// the stale write fencing must refuse); a holder's links slowed from its
+    /// read on; a holder's links cut, or a member or the storage hit, right
+    /// after a grant (the whole hold then runs under it). A race inside the
+    /// storage (check-then-write) needs a write in flight instead: `write`.
     pub fn most_damaging(kind: FaultKind, target: Target) -> AimEvent {
         match kind {
             FaultKind::Pause if target.is_worker() => AimEvent::Read,
-            FaultKind::RevokeLease | FaultKind::ExpireSession => AimEvent::Write,
+            FaultKind::RevokeLease | FaultKind::ExpireSession => AimEvent::Read,
             FaultKind::Delay => AimEvent::Read,
             _ => AimEvent::Grant,
         }
@@ -323,6 +325,25 @@ enum AimRepr {
     Flag(bool),
     Event(String),
 }
+
+impl std::str::FromStr for Aim {
+    type Err = String;
+    /// `--aim[=EVENT]`: `true` (the flag alone) or an event an aim can see.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let a = match s {
+            "true" => Aim::MostDamaging,
+            _ => Aim::try_from(AimRepr::Event(s.to_string()))?,
+        };
+        if a == Aim::On(AimEvent::Renew) {
+            return Err(RENEW_UNSEEN.into());
+        }
+        Ok(a)
+    }
+}
+
+/// Why `renew` cannot be aimed at.
+pub const RENEW_UNSEEN: &str = "aim = \"renew\" cannot be seen: workers do not record \
+     their session renewals (keepalives); aim at grant, read, write or acquire";
 
 impl TryFrom<AimRepr> for Aim {
     type Error = String;

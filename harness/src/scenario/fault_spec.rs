@@ -136,9 +136,9 @@ impl Fault {
     pub fn aim(&self) -> Aim {
         each!(self, f => f.aim)
     }
-    /// Turns the fault into its aimed form (`--aim`), unless it is aimed already.
-    pub fn aim_most_damaging(&mut self) {
-        each!(self, f => if !f.aim.is_on() { f.aim = Aim::MostDamaging })
+    /// Aims the fault (`--aim[=EVENT]`), unless it is aimed already.
+    pub fn aim_at(&mut self, aim: Aim) {
+        each!(self, f => if !f.aim.is_on() { f.aim = aim })
     }
     /// At most `n` aimed injections (`--aim-count`).
     pub fn cap_count(&mut self, n: u32) {
@@ -291,12 +291,7 @@ impl Fault {
             return Ok(());
         }
         if self.aim_event() == Some(AimEvent::Renew) {
-            return Err((
-                "aim",
-                "aim = \"renew\" cannot be seen: workers do not record their session \
-                 renewals (keepalives); aim at grant, read, write or acquire"
-                    .into(),
-            ));
+            return Err(("aim", super::fault::RENEW_UNSEEN.into()));
         }
         if let Some(o) = self.offset() {
             if o > MAX_OFFSET {
