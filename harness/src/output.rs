@@ -301,7 +301,12 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         s,
         "  {} faults injected{}; {} sessions lost; {} workers; backend {}, {} {}, seed {}",
         injected(r),
-        match r.faults.iter().filter(|f| f.aim_words().is_some()).count() {
+        match r
+            .faults
+            .iter()
+            .filter(|f| f.outcome != "fail" && f.detail["aim"].get("seen").is_some())
+            .count()
+        {
             0 => String::new(),
             n => format!(" ({n} aimed)"),
         },
