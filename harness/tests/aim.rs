@@ -68,13 +68,14 @@ fn an_aimed_fault_whose_event_cannot_come_in_time_is_skipped_with_the_reason() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
     let file = dir.path().join("late.toml");
-    // Armed at 5 s, but a 2 s pause must end before the 6 s run does: there
-    // is no moment left to fire at.
+    // Armed at 2 s, but 3 s after its event a 2 s pause would not end before
+    // the 6 s run does: there is no moment left to fire at.
     std::fs::write(
         &file,
         "name = \"late\"\nduration = \"6s\"\nseed = 1\n[cluster]\nbackend = \"process\"\n\
          [workload]\nworkers = 2\n\
-         [[fault]]\nkind = \"pause\"\nat = \"5s\"\nduration = \"2s\"\naim = \"read\"\n",
+         [[fault]]\nkind = \"pause\"\nat = \"2s\"\nduration = \"2s\"\naim = \"read\"\n\
+         offset = \"3s\"\n",
     )
     .expect("write");
     let o = bin()

@@ -62,7 +62,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
         let duration = f.window(scenario.lock.ttl);
         let fits = |at: Duration| at + duration < scenario.duration;
         if f.aim().is_on() {
-            for at in aimed_arms(f, scenario, &mut rng) {
+            for at in aimed_arms(f, scenario, &mut rng, duration) {
                 out.push((spec, at, duration));
             }
             continue;
@@ -121,7 +121,15 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
 /// inject at (from the start when it has neither), as many as `count` asks —
 /// past the last of them, armed at the last one (the nemesis arms each after
 /// the one before has ended).
-fn aimed_arms(f: &crate::scenario::Fault, s: &Scenario, rng: &mut ChaCha8Rng) -> Vec<Duration> {
+fn aimed_arms(
+    f: &crate::scenario::Fault,
+    s: &Scenario,
+    rng: &mut ChaCha8Rng,
+    window: Duration,
+) -> Vec<Duration> {
+    // As for a time-based fault: one armed too late to end before the run
+    // does is not planned at all.
+    let fits = |at: Duration| at + window < s.duration;
     let mut times = Vec::new();
     if let Some(at) = f.at() {
         times.push(at);
@@ -134,7 +142,7 @@ fn aimed_arms(f: &crate::scenario::Fault, s: &Scenario, rng: &mut ChaCha8Rng) ->
                 every
             };
             t += gap.max(Duration::from_millis(1));
-            if t >= s.duration {
+            if !fits(t) {
                 break;
             }
             times.push(t);
@@ -142,6 +150,7 @@ fn aimed_arms(f: &crate::scenario::Fault, s: &Scenario, rng: &mut ChaCha8Rng) ->
     } else {
         times.push(Duration::ZERO);
     }
+    times.retain(|&t| fits(t));
     let count = f.count().map_or(times.len(), |c| c as usize);
     let last = times.last().copied().unwrap_or_default();
     (0..count)
