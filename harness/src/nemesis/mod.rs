@@ -31,7 +31,7 @@ use crate::backend::caps::Caps;
 use crate::backend::Backend;
 use crate::links::Links;
 use crate::record::history::{Event, EventType, EventWriter, Process, F};
-use crate::scenario::{FaultKind, ServiceKind, Target};
+use crate::scenario::{AimEvent, FaultKind, ServiceKind, Target};
 use crate::systems::service::{Capabilities, LockService};
 pub use schedule::{plan, AimAt, Planned};
 pub use target::{Resolved, Victim};
@@ -82,6 +82,9 @@ pub struct Nemesis {
     stopped: Mutex<HashSet<u32>>,
     /// Aimed faults: what each fired on, added to its `invoke` event's detail.
     aimed: Mutex<HashMap<u32, serde_json::Value>>,
+    /// Workers an aimed pause holds stopped right after a read (by the pause's
+    /// id): still between that read and its write, for as long as it lasts.
+    between: Mutex<Vec<(u32, aim::Seen)>>,
 }
 
 impl Nemesis {
@@ -93,6 +96,7 @@ impl Nemesis {
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x9e37_79b9))),
             stopped: Mutex::new(HashSet::new()),
             aimed: Mutex::new(HashMap::new()),
+            between: Mutex::new(Vec::new()),
         }))
     }
 
@@ -159,9 +163,21 @@ impl Nemesis {
         let last = end
             .checked_sub(p.duration + a.offset + std::time::Duration::from_millis(1))
             .unwrap_or(armed);
-        let seen = match feed {
-            Some(feed) => wait_for(feed, p, a, armed_ns, last).await,
-            None => None,
+        // A worker an aimed pause stopped after its read is between that read
+        // and its write now, and makes no event while stopped: a fault aimed at
+        // a read fires on it at once (a pause then a revoke, as contrib-lock).
+        let stopped = (a.event == AimEvent::Read)
+            .then(|| self.between.lock().ok())
+            .flatten()
+            .and_then(|b| {
+                b.iter()
+                    .map(|(_, s)| s.clone())
+                    .find(|s| aim::fits(p.target, s) && aim::names_victim(p.target, s))
+            });
+        let seen = match (stopped, feed) {
+            (Some(s), _) => Some(s),
+            (None, Some(feed)) => wait_for(feed, p, a, armed_ns, last).await,
+            (None, None) => None,
         };
         let Some(seen) = seen else {
             let f = F::Fault(p.kind);
@@ -197,7 +213,14 @@ impl Nemesis {
             );
         }
         let victim = aim::names_victim(p.target, &seen).then_some(seen);
+        let holds_between = p.kind == FaultKind::Pause && a.event == AimEvent::Read;
+        if let (true, Some(v), Ok(mut b)) = (holds_between, &victim, self.between.lock()) {
+            b.push((p.id, v.clone()));
+        }
         self.inject(p, victim.as_ref()).await;
+        if let (true, Ok(mut b)) = (holds_between, self.between.lock()) {
+            b.retain(|(id, _)| *id != p.id);
+        }
         tokio::time::Instant::now()
     }
 
