@@ -92,10 +92,14 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
         }
     }
     out.sort_by_key(|&(spec, at, _)| (at, spec));
+    // Each injection's place among its own table's (an aim may vary with it).
+    let mut nth = vec![0usize; scenario.faults.len()];
     out.into_iter()
         .enumerate()
         .map(|(i, (spec, at, duration))| {
             let f = &scenario.faults[spec];
+            let n = nth[spec];
+            nth[spec] += 1;
             let (latency, latency_jitter) = f.latency();
             Planned {
                 id: i as u32 + 1,
@@ -103,7 +107,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 kind: f.kind,
                 target: f.target,
                 at,
-                aim: f.aim_event().map(|event| AimAt {
+                aim: f.aim_event(n).map(|event| AimAt {
                     event,
                     offset: f.offset().unwrap_or_default(),
                 }),
@@ -241,6 +245,25 @@ mod tests {
         assert_eq!(p.len(), 2, "{p:?}");
         let kill = p.iter().find(|p| p.kind == FaultKind::Kill).expect("kill");
         assert_eq!(kill.aim.map(|a| a.event), Some(AimEvent::Grant));
+    }
+
+    #[test]
+    fn an_aimed_session_fault_alternates_between_the_read_and_the_write_in_flight() {
+        let s = scenario("[[fault]]\nkind = \"revoke-lease\"\nevery = \"1s\"\naim = true\n");
+        let events: Vec<AimEvent> = plan(&s, 1)
+            .iter()
+            .filter_map(|p| p.aim.map(|a| a.event))
+            .take(4)
+            .collect();
+        assert_eq!(
+            events,
+            [
+                AimEvent::Read,
+                AimEvent::Write,
+                AimEvent::Read,
+                AimEvent::Write
+            ]
+        );
     }
 
     #[test]

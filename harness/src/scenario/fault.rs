@@ -264,16 +264,20 @@ impl AimEvent {
         }
     }
 
-    /// The kind's most damaging moment (`aim = true`, `--aim`), for a fault of
-    /// `kind` on `target`: a worker paused, or its session ended, between its
-    /// read and its write (the write then lands under a grant that is gone:
-    /// the stale write fencing must refuse); a holder's links slowed from its
-    /// read on; a holder's links cut, or a member or the storage hit, right
-    /// after a grant (the whole hold then runs under it). A race inside the
-    /// storage (check-then-write) needs a write in flight instead: `write`.
-    pub fn most_damaging(kind: FaultKind, target: Target) -> AimEvent {
+    /// The kind's most damaging moment (`aim = true`, `--aim`) for the `nth`
+    /// injection (from 0) of a fault of `kind` on `target`: a worker paused
+    /// between its read and its write (the write then lands under a grant that
+    /// is gone: the stale write fencing must refuse); a session ended there too
+    /// — and, every other injection, while the holder's write is in flight
+    /// instead (the next holder then reads while that write is between a
+    /// storage's check and its store: the race of a check-then-write storage);
+    /// a holder's links slowed from its read on; a holder's links cut, or a
+    /// member or the storage hit, right after a grant (the whole hold then runs
+    /// under it).
+    pub fn most_damaging(kind: FaultKind, target: Target, nth: usize) -> AimEvent {
         match kind {
             FaultKind::Pause if target.is_worker() => AimEvent::Read,
+            FaultKind::RevokeLease | FaultKind::ExpireSession if nth % 2 == 1 => AimEvent::Write,
             FaultKind::RevokeLease | FaultKind::ExpireSession => AimEvent::Read,
             FaultKind::Delay => AimEvent::Read,
             _ => AimEvent::Grant,
@@ -309,11 +313,12 @@ impl Aim {
         self != Aim::Off
     }
 
-    /// The event it fires on, for a fault of `kind` on `target`.
-    pub fn event(self, kind: FaultKind, target: Target) -> Option<AimEvent> {
+    /// The event its `nth` injection fires on, for a fault of `kind` on
+    /// `target`.
+    pub fn event(self, kind: FaultKind, target: Target, nth: usize) -> Option<AimEvent> {
         match self {
             Aim::Off => None,
-            Aim::MostDamaging => Some(AimEvent::most_damaging(kind, target)),
+            Aim::MostDamaging => Some(AimEvent::most_damaging(kind, target, nth)),
             Aim::On(e) => Some(e),
         }
     }

@@ -145,8 +145,8 @@ impl Fault {
         each!(self, f => if f.aim.is_on() { f.count = Some(f.count.map_or(n, |c| c.min(n))) })
     }
     /// The event an aimed fault fires on.
-    pub fn aim_event(&self) -> Option<AimEvent> {
-        self.aim().event(self.kind(), self.target())
+    pub fn aim_event(&self, nth: usize) -> Option<AimEvent> {
+        self.aim().event(self.kind(), self.target(), nth)
     }
     pub fn offset(&self) -> Option<Duration> {
         each!(self, f => f.offset)
@@ -290,7 +290,7 @@ impl Fault {
             }
             return Ok(());
         }
-        if self.aim_event() == Some(AimEvent::Renew) {
+        if self.aim_event(0) == Some(AimEvent::Renew) {
             return Err(("aim", super::fault::RENEW_UNSEEN.into()));
         }
         if let Some(o) = self.offset() {
