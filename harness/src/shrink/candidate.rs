@@ -66,9 +66,64 @@ pub fn typed(doc: &Table, label: &str) -> Result<Scenario, ScenarioError> {
     Scenario::parse(&render(doc), label)
 }
 
-/// The TOML text of a candidate.
+/// The TOML text of a candidate, in the order a scenario is written (the
+/// `toml` crate's table sorts its keys): name, description, duration, seed, the
+/// sections, the faults (kind and target first), `[expect]` last.
 pub fn render(doc: &Table) -> String {
-    toml::to_string_pretty(doc).unwrap_or_else(|e| format!("# could not render: {e}\n"))
+    const TOP: [&str; 4] = ["name", "description", "duration", "seed"];
+    const SECTIONS: [&str; 5] = ["cluster", "lock", "storage", "workload", "client"];
+    const FAULT: [&str; 5] = ["kind", "target", "at", "every", "jitter"];
+    let is_section = |v: &Value| {
+        v.is_table()
+            || v.as_array()
+                .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_table))
+    };
+    let mut out = String::new();
+    let rank = |order: &[&str], k: &str| order.iter().position(|t| *t == k).unwrap_or(order.len());
+    let mut scalars: Vec<(&String, &Value)> = doc.iter().filter(|(_, v)| !is_section(v)).collect();
+    scalars.sort_by_key(|(k, _)| rank(&TOP, k));
+    for (k, v) in scalars {
+        out.push_str(&one(k, v));
+    }
+    let mut sections: Vec<(&String, &Value)> = doc.iter().filter(|(_, v)| is_section(v)).collect();
+    let place = |k: &str| match k {
+        "fault" => SECTIONS.len() + 1,
+        "expect" => SECTIONS.len() + 2,
+        k => rank(&SECTIONS, k),
+    };
+    sections.sort_by_key(|(k, _)| place(k));
+    for (k, v) in sections {
+        let flat = |t: &Table| t.values().all(|v| !is_section(v));
+        match v.as_array() {
+            Some(tables) if k == "fault" && tables.iter().filter_map(Value::as_table).all(flat) => {
+                for t in tables.iter().filter_map(Value::as_table) {
+                    out.push_str("\n[[fault]]\n");
+                    let mut keys: Vec<(&String, &Value)> = t.iter().collect();
+                    keys.sort_by_key(|(k, _)| rank(&FAULT, k));
+                    for (k, v) in keys {
+                        out.push_str(&one(k, v));
+                    }
+                }
+            }
+            _ => {
+                let mut t = Table::new();
+                t.insert(k.clone(), v.clone());
+                out.push('\n');
+                out.push_str(
+                    &toml::to_string_pretty(&t)
+                        .unwrap_or_else(|e| format!("# could not render: {e}\n")),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `key = value`, one line.
+fn one(k: &str, v: &Value) -> String {
+    let mut t = Table::new();
+    t.insert(k.to_string(), v.clone());
+    toml::to_string(&t).unwrap_or_else(|e| format!("# could not render {k}: {e}\n"))
 }
 
 /// Every repeating (`every`) fault turned into its single injections, each an
@@ -232,6 +287,18 @@ mutex_overlaps = "any"
         assert_eq!(d.get("expect"), doc().get("expect"));
         assert!(text.contains("mutex_overlaps = \"any\""), "{text}");
         assert!(with_faults(&d, &[]).get("fault").is_none());
+        // Written in the order a scenario is: name first, faults kind first, expect last.
+        assert!(
+            text.starts_with("name = \"heap\"\nduration = \"5500ms\"\nseed = 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[[fault]]\nkind = \"delay\"\ntarget = "),
+            "{text}"
+        );
+        let expect = text.find("[expect]").expect("expect");
+        assert!(text.find("[[fault]]").expect("fault") < expect, "{text}");
+        assert!(text.find("[workload]").expect("workload") < text.find("[[fault]]").expect("f"));
     }
 
     #[test]

@@ -99,7 +99,7 @@ fn shrink(a: Args) -> Result<i32> {
     let mut r = Runner::new(&work, a.backend, start.seed, a.budget, a.quiet)?;
     let nk = (a.runs, a.k);
     r.say(&format!(
-        "shrinking {} (seed {}); work folder {}; {}",
+        "shrinking {} (seed {}); work folder {}; a candidate is {}",
         start.origin,
         start.seed,
         work.display(),
@@ -610,13 +610,7 @@ fn header(
             "Reproduction: failed {} in {j} of {how}{seeds}.",
             names.join(", ")
         ),
-        format!(
-            "Rule: a candidate was kept when it failed the same way in at least {} of {} \
-             fresh-seed runs ({}).",
-            a.k,
-            a.runs,
-            stats::summary(a.runs, a.k)
-        ),
+        format!("Rule: a candidate was {}.", stats::summary(a.runs, a.k)),
         format!(
             "Faults: {} [[fault]] tables ({planned} planned injections) → {}.",
             cand::faults(&start.doc).len(),

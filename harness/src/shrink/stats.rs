@@ -15,16 +15,20 @@ fn binomial(n: u32, k: u32) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * f64::from(n - i) / f64::from(i + 1))
 }
 
-/// One line for the terminal and the docs: how likely the rule keeps a
-/// candidate that reproduces with each of a few probabilities.
+/// One line for the terminal and the header: the rule, and how likely it keeps
+/// a candidate that reproduces with each of a few probabilities.
 pub fn summary(n: u32, k: u32) -> String {
-    let cells: Vec<String> = [0.95, 0.9, 0.8, 0.7, 0.5]
+    let ps = [0.95, 0.9, 0.8, 0.7, 0.5];
+    let p: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+    let keep: Vec<String> = ps
         .iter()
-        .map(|&p| format!("p={p}: {:.0}%", 100.0 * p_keep(n, k, p)))
+        .map(|&p| format!("{:.0}%", 100.0 * p_keep(n, k, p)))
         .collect();
     format!(
-        "kept when ≥ {k} of {n} fail; kept with probability {}",
-        cells.join(", ")
+        "kept when it fails the same way in ≥ {k} of {n} fresh-seed runs: one that \
+         reproduces with p = {} is kept with probability {}",
+        p.join(" / "),
+        keep.join(" / ")
     )
 }
 
@@ -62,8 +66,10 @@ mod tests {
     #[test]
     fn the_summary_names_the_rule() {
         let s = summary(10, 8);
-        assert!(s.starts_with("kept when ≥ 8 of 10 fail"), "{s}");
-        assert!(s.contains("p=0.9: 93%"), "{s}");
-        assert!(s.contains("p=0.5: 5%"), "{s}");
+        assert!(
+            s.starts_with("kept when it fails the same way in ≥ 8 of 10"),
+            "{s}"
+        );
+        assert!(s.ends_with("p = 0.95 / 0.9 / 0.8 / 0.7 / 0.5 is kept with probability 99% / 93% / 68% / 38% / 5%"), "{s}");
     }
 }

@@ -15,7 +15,7 @@ use crate::scenario::BackendKind;
 
 /// What a run costs beyond the scenario's own duration (start-up of the service
 /// and the storage, heal, final reads, checks) until one has been measured.
-pub const STARTUP: Duration = Duration::from_secs(8);
+pub const STARTUP: Duration = Duration::from_secs(5);
 
 /// The expectations a run failed: name → what was expected. `inconclusive` and
 /// `incomplete` stand for those verdicts.
