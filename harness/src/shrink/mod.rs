@@ -473,13 +473,12 @@ impl Search {
                 } else {
                     Duration::from_millis(100)
                 };
-                loop {
-                    let Some(cur) = cand::faults(&self.best)
+                let current = |best: &Table| {
+                    cand::faults(best)
                         .get(i)
                         .and_then(|t| cand::duration_of(t, key))
-                    else {
-                        break;
-                    };
+                };
+                while let Some(cur) = current(&self.best) {
                     let half = cur / 2;
                     if half < floor {
                         break;
