@@ -151,10 +151,11 @@ fn shrink(a: Args) -> Result<i32> {
         label: start.label.clone(),
         kept: t,
         invalid: 0,
+        halt: End::Done,
     };
     s.r.faults_start = cand::faults(&start.doc).len();
     s.r.faults_now = s.r.faults_start;
-    let end = s.search();
+    let mut end = s.search();
     s.r.reserve = Duration::ZERO;
 
     // The result measured on N fresh seeds, whole (no early stop), when the
@@ -326,6 +327,8 @@ struct Search {
     kept: Tally,
     /// Candidates refused by validation (never run).
     invalid: u32,
+    /// Why the search stopped early, once it has.
+    halt: End,
 }
 
 impl Search {
@@ -396,18 +399,19 @@ impl Search {
             }
             Decision::Budget => {
                 self.r.say(&format!("  {step}: the budget ran out"));
+                self.halt = End::Budget;
                 None
             }
-            Decision::Interrupted => None,
+            Decision::Interrupted => {
+                self.halt = End::Interrupted;
+                None
+            }
         }
     }
 
+    /// How the search ended, once `attempt` said stop.
     fn stop(&self) -> End {
-        if self.r.elapsed() + self.r.reserve >= self.r.budget {
-            End::Budget
-        } else {
-            End::Interrupted
-        }
+        self.halt
     }
 
     /// Repeating faults → single injections. Without jitter the schedule is the
@@ -611,9 +615,10 @@ fn header(
         ),
         format!("Rule: a candidate was {}.", stats::summary(a.runs, a.k)),
         format!(
-            "Faults: {} [[fault]] tables ({planned} planned injections) → {}.",
+            "Faults: {} [[fault]] tables ({planned} planned injections) → {} ({} planned).",
             cand::faults(&start.doc).len(),
-            result.faults.len()
+            result.faults.len(),
+            crate::nemesis::plan(result, start.seed).len()
         ),
         format!(
             "Spent: {} runs of {} candidates ({} could not run, {} invalid and skipped), {} \
