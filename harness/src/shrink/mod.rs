@@ -169,7 +169,11 @@ fn shrink(a: Args) -> Result<i32> {
             .trial("measure", &best_text, s.best_duration, nk, false)?
         {
             (Decision::Keep | Decision::Reject, t) => Some(t),
-            _ => None,
+            (Decision::Interrupted, _) => {
+                end = End::Interrupted;
+                None
+            }
+            (Decision::Budget, _) => None,
         }
     };
     s.r.finish();
