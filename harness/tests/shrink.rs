@@ -253,7 +253,7 @@ fn a_recorded_failing_run_shrinks_to_the_fault_that_matters_and_still_fails() {
         "{text}"
     );
     assert!(
-        text.contains("# Rule: a candidate was kept when it fails the same way in ≥ 2 of 3"),
+        text.contains("# Rule: a candidate is kept when it fails the same way in ≥ 2 of 3"),
         "{text}"
     );
     assert!(

@@ -184,10 +184,10 @@ fn shrink(a: Args) -> Result<i32> {
         .as_ref()
         .map_or((s.kept.reproduced, s.kept.runs), |m| (m.reproduced, m.runs));
     println!(
-        "{}: {} → {} fault(s); reproduces in {j} of {n} runs; {} runs of {} candidates in {}{}",
+        "{}: {} → {} planned fault(s); reproduces in {j} of {n} runs; {} runs of {} candidates in {}{}",
         out.display(),
-        cand::faults(&start.doc).len(),
-        final_s.faults.len(),
+        crate::nemesis::plan(&start.scenario, start.seed).len(),
+        crate::nemesis::plan(&final_s, start.seed).len(),
         s.r.runs,
         s.r.candidates,
         clock(s.r.elapsed()),
@@ -617,7 +617,7 @@ fn header(
             "Reproduction: failed {} in {j} of {how}{seeds}.",
             names.join(", ")
         ),
-        format!("Rule: a candidate was {}.", stats::summary(a.runs, a.k)),
+        format!("Rule: a candidate is {}.", stats::summary(a.runs, a.k)),
         format!(
             "Faults: {} [[fault]] tables ({planned} planned injections) → {} ({} planned).",
             cand::faults(&start.doc).len(),

@@ -200,6 +200,11 @@ impl Runner {
             }
             let est = self.estimate(duration);
             if self.elapsed() + est + self.reserve > self.budget {
+                if t.runs == 0 {
+                    // Never run: not a candidate tried.
+                    self.candidates -= 1;
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
                 return Ok((Decision::Budget, t));
             }
             let seed = self.next_seed;
