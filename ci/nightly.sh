@@ -9,6 +9,15 @@
 # Every suite also writes JUnit XML next to its summary (junit-<suite>.xml), and
 # appends its verdict table to $GITHUB_STEP_SUMMARY when that is set.
 #
+# After each suite, every run that failed (exit 1: report.json says passed false)
+# is shrunk (`fencecheck shrink RUN_DIR`) to the smallest scenario found that still
+# fails the same way; the result is kept beside the run's report as
+# <run dir>/shrunk.toml (its candidates and logs in <run dir>/shrink/). A shrink
+# never changes the job's status: it is a reading aid for a failure already counted.
+#   FENCECHECK_SHRINK_BUDGET   wall time per failing run (default 10m)
+#   FENCECHECK_SHRINK_TOTAL    for all of them together (default 60m)
+#   FENCECHECK_SHRINK=0        no shrinking
+#
 #   ci/nightly.sh [OUT_DIR]        (default: runs/nightly-YYYY-MM-DD)
 #   FENCECHECK_SHARD=I/N ci/nightly.sh [OUT_DIR]
 #       only part I of N of every suite (`fencecheck suite --shard I/N`); the
@@ -57,6 +66,48 @@ ci/bootstrap.sh
 cargo build --release --quiet || exit 2
 BIN=target/release/fencecheck
 
+# Seconds in a humantime duration such as 10m, 90s or 1h (what shrink's --budget
+# takes); anything else is refused here, before a night's runs.
+seconds() {
+  case "$1" in
+    *h) echo $(( ${1%h} * 3600 )) ;;
+    *m) echo $(( ${1%m} * 60 )) ;;
+    *s) echo $(( ${1%s} )) ;;
+    *) echo "ci/nightly.sh: cannot read the duration $1 (expected e.g. 10m, 90s, 1h)" >&2; exit 2 ;;
+  esac
+}
+SHRINK_EACH=$(seconds "${FENCECHECK_SHRINK_BUDGET:-10m}") || exit 2
+SHRINK_LEFT=$(seconds "${FENCECHECK_SHRINK_TOTAL:-60m}") || exit 2
+
+# Shrinks every failed run of a suite directory, each within its budget and all
+# within what is left of the total.
+shrink_failures() {
+  [ "${FENCECHECK_SHRINK:-1}" = "0" ] && return 0
+  local report dir budget t0 rc
+  for report in "$1"/*/report.json; do
+    [ -f "$report" ] || continue
+    python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("passed") is False else 1)' \
+      "$report" || continue
+    dir=$(dirname "$report")
+    budget=$(( SHRINK_EACH < SHRINK_LEFT ? SHRINK_EACH : SHRINK_LEFT ))
+    if [ "$budget" -lt 60 ]; then
+      echo "shrink: total budget spent; $dir not shrunk"
+      continue
+    fi
+    echo "== shrinking $dir (budget ${budget}s) =="
+    t0=$(date +%s)
+    rc=0
+    "$BIN" shrink "$dir" --budget "${budget}s" --out "$dir/shrunk.toml" --work "$dir/shrink" \
+      --quiet || rc=$?
+    SHRINK_LEFT=$(( SHRINK_LEFT - ($(date +%s) - t0) ))
+    case "$rc" in
+      0) echo "shrink: $dir/shrunk.toml" ;;
+      1) echo "shrink: $dir does not fail reliably enough to shrink" ;;
+      *) echo "shrink: could not shrink $dir (exit $rc)" ;;
+    esac
+  done
+}
+
 status=0
 for etcd in 3.5 3.4; do
   echo "== etcd $etcd, seed $SEED${FENCECHECK_SHARD:+, shard $FENCECHECK_SHARD} =="
@@ -65,6 +116,7 @@ for etcd in 3.5 3.4; do
     | tee "$OUT/summary-etcd-$etcd.txt"
   rc=${PIPESTATUS[0]}
   [ "$rc" -gt "$status" ] && status=$rc
+  shrink_failures "$OUT/etcd-$etcd"
 done
 
 # The lock-client adapters (scenarios/clients/) bring their own service versions.
@@ -74,6 +126,7 @@ echo "== lock-client adapters, seed $SEED${FENCECHECK_SHARD:+, shard $FENCECHECK
   | tee "$OUT/summary-clients.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" -gt "$status" ] && status=$rc
+shrink_failures "$OUT/clients"
 
 echo
 echo "nightly $DAY (seed $SEED): reports under $OUT"

@@ -119,6 +119,34 @@ enum Command {
         #[arg(long, conflicts_with = "shard")]
         merge: bool,
     },
+    /// Shrink a failing scenario (a file, or a run directory: its recorded
+    /// scenario and seed) to the smallest one found that still fails the same way
+    /// in at least K of N fresh-seed runs. Exit 0 written, 1 it does not fail, 2
+    /// bad input.
+    Shrink {
+        /// A scenario file, or a run directory.
+        input: PathBuf,
+        /// Where to write the result (default scenarios/regressions/<name>-shrunk.toml).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs per candidate (N), each with a fresh seed.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: u32,
+        /// Failures of N that keep a candidate (K).
+        #[arg(long, default_value_t = 8)]
+        k: u32,
+        /// Wall-time limit; when it runs out the smallest scenario so far is written.
+        #[arg(long, default_value = "20m", value_parser = parse_duration)]
+        budget: Duration,
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        /// Folder for the candidates, their logs and shrink.jsonl (default
+        /// runs/shrink-<name>-<UTC time>).
+        #[arg(long)]
+        work: Option<PathBuf>,
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Re-run every checker on a recorded run, offline.
     Check { run_dir: PathBuf },
     /// Re-render the report of a recorded run.
@@ -348,6 +376,25 @@ pub fn main() -> i32 {
                 suite(paths, &o, out, quiet, ci)
             }
         }
+        Command::Shrink {
+            input,
+            out,
+            runs,
+            k,
+            budget,
+            backend,
+            work,
+            quiet,
+        } => crate::shrink::command(crate::shrink::Args {
+            input,
+            out,
+            runs,
+            k,
+            budget,
+            backend,
+            work,
+            quiet,
+        }),
         Command::Check { run_dir } | Command::Report { run_dir } => check(&run_dir),
         Command::Validate {
             files,

@@ -21,6 +21,7 @@ pub mod record;
 pub mod resources;
 pub mod run;
 pub mod scenario;
+pub mod shrink;
 pub mod suite;
 pub mod systems;
 pub mod worker;
