@@ -310,6 +310,7 @@ pub fn main() -> i32 {
             | Command::Bench { .. }
             | Command::Worker { .. }
             | Command::Storage { .. }
+            | Command::Shrink { .. }
     );
     if !drives_services {
         // SAFETY: restoring the default disposition of one signal before any thread
