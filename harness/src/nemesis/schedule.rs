@@ -60,36 +60,11 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
     let mut out = Vec::new();
     for (spec, f) in scenario.faults.iter().enumerate() {
         let duration = f.window(scenario.lock.ttl);
-        let fits = |at: Duration| at + duration < scenario.duration;
+        let mut times = times(f, scenario, &mut rng, duration);
         if f.aim().is_on() {
-            for at in aimed_arms(f, scenario, &mut rng, duration) {
-                out.push((spec, at, duration));
-            }
-            continue;
+            times = aimed_arms(f, times);
         }
-        if let Some(at) = f.at() {
-            if fits(at) {
-                out.push((spec, at, duration));
-            }
-            continue;
-        }
-        let Some(every) = f.every() else { continue };
-        let mut t = Duration::ZERO;
-        // A fault of one table never overlaps the previous one of the same table.
-        let mut prev_end = Duration::ZERO;
-        loop {
-            let gap = if f.jitter() {
-                Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
-            } else {
-                every
-            };
-            t = (t + gap).max(prev_end);
-            if !fits(t) {
-                break;
-            }
-            out.push((spec, t, duration));
-            prev_end = t + duration;
-        }
+        out.extend(times.into_iter().map(|at| (spec, at, duration)));
     }
     out.sort_by_key(|&(spec, at, _)| (at, spec));
     // Each injection's place among its own table's (an aim may vary with it).
@@ -121,40 +96,53 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
         .collect()
 }
 
-/// When an aimed fault's injections are armed: the times `at` or `every` would
-/// inject at (from the start when it has neither), as many as `count` asks —
-/// past the last of them, armed at the last one (the nemesis arms each after
-/// the one before has ended).
-fn aimed_arms(
+/// When a fault is injected: at `at`, or every `every` (random gaps with
+/// `jitter`), each one that still ends before the run does. A fault of one
+/// table never overlaps the one before it.
+fn times(
     f: &crate::scenario::Fault,
     s: &Scenario,
     rng: &mut ChaCha8Rng,
     window: Duration,
 ) -> Vec<Duration> {
-    // As for a time-based fault: one armed too late to end before the run
-    // does is not planned at all.
     let fits = |at: Duration| at + window < s.duration;
-    let mut times = Vec::new();
     if let Some(at) = f.at() {
-        times.push(at);
-    } else if let Some(every) = f.every() {
-        let mut t = Duration::ZERO;
-        loop {
-            let gap = if f.jitter() {
-                Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
-            } else {
-                every
-            };
-            t += gap.max(Duration::from_millis(1));
-            if !fits(t) {
-                break;
-            }
-            times.push(t);
+        return if fits(at) { vec![at] } else { Vec::new() };
+    }
+    let Some(every) = f.every() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut t = Duration::ZERO;
+    let mut prev_end = Duration::ZERO;
+    loop {
+        let gap = if f.jitter() {
+            Duration::from_nanos(rng.gen_range(0..(2 * every.as_nanos() as u64).max(1)))
+        } else {
+            every
+        };
+        t = (t + gap).max(prev_end);
+        if !fits(t) {
+            break;
         }
-    } else {
+        out.push(t);
+        prev_end = t + window;
+    }
+    out
+}
+
+/// When an aimed fault's injections are armed: the times it would have been
+/// injected at (from the start when it has neither `at` nor `every`), as many
+/// as `count` asks — past the last of them, armed at the last one (the
+/// nemesis arms each after the one before has ended).
+fn aimed_arms(f: &crate::scenario::Fault, mut times: Vec<Duration>) -> Vec<Duration> {
+    if f.at().is_none() && f.every().is_none() {
         times.push(Duration::ZERO);
     }
-    times.retain(|&t| fits(t));
+    // None fits in the run: `count` adds none either.
+    if times.is_empty() {
+        return times;
+    }
     let count = f.count().map_or(times.len(), |c| c as usize);
     let last = times.last().copied().unwrap_or_default();
     (0..count)
