@@ -30,6 +30,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (expected e.g. 30s, 1m)"))
 }
 
+/// `--aim[=EVENT]` and `--aim-count N`, on `scenario` and `suite`.
+#[derive(clap::Args)]
+struct AimArgs {
+    /// Aim every fault: each fires on the moment that matters for its kind
+    /// (a holder paused, or its session ended, between its read and its
+    /// write; links cut or members hit right after a grant) instead of at
+    /// its time; `--aim=EVENT` aims every fault at grant, read, write or
+    /// acquire. Kinds, targets and durations are kept.
+    #[arg(long, value_name = "EVENT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    aim: Option<crate::scenario::Aim>,
+    /// At most N injections of each aimed fault (e.g. 1: one fault per
+    /// `[[fault]]`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    aim_count: Option<u32>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run one scenario end to end and check it.
@@ -59,18 +76,8 @@ enum Command {
         /// check and per expectation).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
-        /// Aim every fault: each fires on the moment that matters for its kind
-        /// (a holder paused, or its session ended, between its read and its
-        /// write; links cut or members hit right after a grant) instead of at
-        /// its time; `--aim=EVENT` aims every fault at grant, read, write or
-        /// acquire. Kinds, targets and durations are kept.
-        #[arg(long, value_name = "EVENT", num_args = 0..=1, require_equals = true,
-              default_missing_value = "true")]
-        aim: Option<crate::scenario::Aim>,
-        /// At most N injections of each aimed fault (e.g. 1: one fault per
-        /// `[[fault]]`).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        aim_count: Option<u32>,
+        #[command(flatten)]
+        aim: AimArgs,
     },
     /// Run every scenario of a folder (or the files named), one summary table, one
     /// index.html linking every report. Exit 1 if any expectation is unmet.
@@ -94,18 +101,8 @@ enum Command {
         /// Also write JUnit XML here (a testsuite per run).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
-        /// Aim every fault: each fires on the moment that matters for its kind
-        /// (a holder paused, or its session ended, between its read and its
-        /// write; links cut or members hit right after a grant) instead of at
-        /// its time; `--aim=EVENT` aims every fault at grant, read, write or
-        /// acquire. Kinds, targets and durations are kept.
-        #[arg(long, value_name = "EVENT", num_args = 0..=1, require_equals = true,
-              default_missing_value = "true")]
-        aim: Option<crate::scenario::Aim>,
-        /// At most N injections of each aimed fault (e.g. 1: one fault per
-        /// `[[fault]]`).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        aim_count: Option<u32>,
+        #[command(flatten)]
+        aim: AimArgs,
         /// Run only part I of N (1-based): a scenario belongs to part
         /// 1 + (SHA-256 of its file name mod N).
         #[arg(long, value_name = "I/N")]
@@ -331,7 +328,6 @@ pub fn main() -> i32 {
             quiet,
             junit,
             aim,
-            aim_count,
         } => {
             let o = Overrides {
                 seed,
@@ -340,8 +336,8 @@ pub fn main() -> i32 {
                 workers,
                 etcd,
                 out,
-                aim,
-                aim_count,
+                aim: aim.aim,
+                aim_count: aim.aim_count,
             };
             scenario(&file, &o, quiet, junit.as_deref())
         }
@@ -358,7 +354,6 @@ pub fn main() -> i32 {
             list,
             merge,
             aim,
-            aim_count,
         } => {
             let o = Overrides {
                 seed,
@@ -367,8 +362,8 @@ pub fn main() -> i32 {
                 workers: None,
                 etcd,
                 out: None,
-                aim,
-                aim_count,
+                aim: aim.aim,
+                aim_count: aim.aim_count,
             };
             let ci = SuiteCi { junit, shard, list };
             if merge {
