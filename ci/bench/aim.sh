@@ -10,7 +10,9 @@
 #
 # "Detected": for a negative control (its [expect] needs a finding), the run exits
 # 0; for a scenario whose expectations are the safe defaults (the check-then-write
-# storage), the run exits 1 with a failed safety check. "First violation": the
+# storage), the run exits 1 with a failed safety check (increments lost, a stale
+# write accepted, or the history not linearizable). "Exit 0" counts the runs that
+# met every expectation: for the correct twin, the runs that passed. "First violation": the
 # earliest accepted stale write (checks.fencing.violations[].stale.time_ns), else
 # the earliest accepted write that wrote a value an earlier accepted write of the
 # same key had already written (an increment lost: history.jsonl), else the
@@ -100,7 +102,13 @@ one() {
       [ -n "$addr" ] && break
       sleep 0.05
     done
-    [ -n "$addr" ] || { echo "aim.sh: the example storage did not start" >&2; kill "$pid"; return; }
+    if [ -z "$addr" ]; then
+      # Still a row: a seed that could not run must count as missed, not vanish.
+      echo "aim.sh: the example storage did not start (see $dir.storage)" >&2
+      kill "$pid" 2>/dev/null || true
+      printf '%s\t%s\t%s\t-\tno\t-\t-\t0.0\n' "$name" "$mode" "$seed" >"$dir.row"
+      return
+    fi
     scen="$dir.toml"
     sed -E "s|^url = .*|url = \"http://$addr/\"|" "$file" >"$scen"
   fi
@@ -118,7 +126,7 @@ one() {
     if [ "$needs" -gt 0 ]; then
       [ "$rc" -eq 0 ] && detected=yes
     else
-      [ "$rc" -eq 1 ] && [ "$(jq '[.checks.counter.lost, .checks.fencing.stale_accepted] | add' "$dir/report.json")" -gt 0 ] && detected=yes
+      [ "$rc" -eq 1 ] && [ "$(jq '.checks.counter.lost > 0 or .checks.fencing.stale_accepted > 0 or .checks.linearizable.valid == false' "$dir/report.json")" = true ] && detected=yes
     fi
     faults=$(jq '[.fault_counts[]?.injected] | add // 0' "$dir/report.json")
     first=$(first_violation "$dir")
@@ -155,13 +163,15 @@ awk -F'\t' -v n="$SEEDS" '
   { s = $1 " " $2 }
   !(s in seen) { seen[s] = 1; order[++m] = s }
   { if ($5 == "yes") det[s]++; else miss[s] = miss[s] " " $3;
+    if ($4 == "0") pass[s]++;
     if ($7 != "-") tv[s] = tv[s] " " $7;
     if ($6 != "-") nf[s] = nf[s] " " $6;
     wall[s] = wall[s] " " $8 }
+  function secs(x) { return x == "-" ? "-" : x " s" }
   END {
-    printf "%-34s %9s  %-26s %21s %14s %12s\n", "scenario mode", "detected", "missed seeds", "median 1st violation", "median faults", "median wall"
+    printf "%-34s %9s %9s  %-26s %21s %14s %12s\n", "scenario mode", "detected", "exit 0", "missed seeds", "median 1st violation", "median faults", "median wall"
     for (i = 1; i <= m; i++) { s = order[i]
-      printf "%-34s %6d/%-2d  %-26s %21s %14s %12s\n", s, det[s], n,
-        (miss[s] == "" ? "-" : substr(miss[s], 2)), median(tv[s]) " s", median(nf[s]), median(wall[s]) " s" }
+      printf "%-34s %6d/%-2d %6d/%-2d  %-26s %21s %14s %12s\n", s, det[s], n, pass[s], n,
+        (miss[s] == "" ? "-" : substr(miss[s], 2)), secs(median(tv[s])), median(nf[s]), secs(median(wall[s])) }
   }' "$RESULTS" | tee "$OUT/summary.txt"
 echo "rows: $RESULTS"
