@@ -35,11 +35,21 @@ impl Storage {
             .stderr(Stdio::null())
             .spawn()
             .expect("start the example storage");
-        // It prints its address once it accepts connections (a blocking read:
-        // the line comes, or the process ends and the read returns nothing).
-        let mut line = String::new();
+        // It prints its address once it accepts connections. The line comes, or
+        // the process ends and the read returns nothing; a storage that hangs
+        // before either would hang the test, so the read has a deadline.
         let out = child.stdout.take().expect("stdout");
-        BufReader::new(out).read_line(&mut line).expect("read");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(20)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the storage printed no address within 20 s");
+        };
         let addr = line
             .trim()
             .strip_prefix("listening on ")
