@@ -10,7 +10,7 @@ use fencecheck_reports::{
     EffectStatus, FaultCount, FaultEffect, FaultReason, FaultWindow, PlannedFault,
 };
 
-use crate::nemesis::effect::KEY;
+use crate::record::history::EFFECT_KEY as KEY;
 use crate::record::observe::Observation;
 use crate::scenario::FaultKind;
 
@@ -261,7 +261,7 @@ mod tests {
 
     fn with_effect(e: FaultEffect) -> serde_json::Value {
         let mut d = Some(serde_json::json!({ "action": "pause" }));
-        crate::nemesis::effect::record(&mut d, &e);
+        crate::record::history::record_effect(&mut d, &e);
         d.unwrap_or_default()
     }
 

@@ -8,23 +8,11 @@ use std::time::Duration;
 
 use fencecheck_reports::FaultEffect;
 
-/// The key of the effect in a fault event's `detail`.
-pub const KEY: &str = "effect";
-
 /// How long a stopped process may take to show state `T`, and a killed one to
 /// be gone. Both are immediate in practice; the margin is for a loaded host.
 pub const WITHIN: Duration = Duration::from_secs(2);
 
-/// Puts `effect` into an event's detail (an object; anything else is replaced).
-pub fn record(detail: &mut Option<serde_json::Value>, effect: &FaultEffect) {
-    let value = serde_json::to_value(effect).unwrap_or(serde_json::Value::Null);
-    match detail {
-        Some(serde_json::Value::Object(m)) => {
-            m.insert(KEY.into(), value);
-        }
-        _ => *detail = Some(serde_json::json!({ KEY: value })),
-    }
-}
+pub use crate::record::history::record_effect as record;
 
 /// A process's state letter and process group, from `/proc/<pid>/stat`; `None`
 /// when it is gone.

@@ -126,6 +126,25 @@ impl fmt::Display for F {
     }
 }
 
+/// The key of a fault's confirmed effect in its event's `detail`: the nemesis
+/// writes it (`nemesis::effect`), assess reads it (`check::faults`). It is part
+/// of the recorded format, so it lives here, below both.
+pub const EFFECT_KEY: &str = "effect";
+
+/// Puts `effect` into an event's detail (an object; anything else is replaced).
+pub fn record_effect(
+    detail: &mut Option<serde_json::Value>,
+    effect: &fencecheck_reports::FaultEffect,
+) {
+    let value = serde_json::to_value(effect).unwrap_or(serde_json::Value::Null);
+    match detail {
+        Some(serde_json::Value::Object(m)) => {
+            m.insert(EFFECT_KEY.into(), value);
+        }
+        _ => *detail = Some(serde_json::json!({ EFFECT_KEY: value })),
+    }
+}
+
 /// One line of a history file. Optional fields are omitted when empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
