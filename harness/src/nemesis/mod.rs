@@ -165,7 +165,7 @@ impl Nemesis {
             .unwrap_or(armed);
         // A worker an aimed pause stopped after its read is between that read
         // and its write now, and makes no event while stopped: a fault aimed at
-        // a read fires on it at once (a pause then a revoke, as contrib-lock).
+        // a read fires on it at once (a pause then a revoke of the same holder).
         let stopped = (a.event == AimEvent::Read)
             .then(|| self.between.lock().ok())
             .flatten()
