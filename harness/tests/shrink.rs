@@ -257,6 +257,10 @@ fn a_recorded_failing_run_shrinks_to_the_fault_that_matters_and_still_fails() {
         "{text}"
     );
     assert!(
+        text.contains("a shorter fault duration only when it fails in all 3."),
+        "{text}"
+    );
+    assert!(
         text.contains("# Faults: 3 [[fault]] tables (3 planned injections) → "),
         "{text}"
     );
@@ -266,9 +270,12 @@ fn a_recorded_failing_run_shrinks_to_the_fault_that_matters_and_still_fails() {
     let o = bin().arg("validate").arg(&out).output().expect("validate");
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
 
-    // And it still fails, the same way, on seeds no shrink run used: 2 of 4, so
-    // a result that reproduces at p = 0.9 fails this check about once in 270
-    // (P[Bin(4, 0.9) ≤ 1]); one that never reproduces always does.
+    // And it still fails, the same way, on seeds no shrink run used. A fault
+    // duration is shortened only when the shorter one fails in all 3 runs, so a
+    // result near the TTL that reproduces at p = 0.4 is kept 6% of the time
+    // (0.4³) and then misses all 4 runs here 13% of the time: under 1 in 100;
+    // one that never reproduces always fails this check. (Kept under 2 of 3, a
+    // 1.5 s pause once failed 3 of 4 runs here.)
     let mut failed = 0;
     for seed in [900_001u64, 900_002, 900_003, 900_004] {
         let rd = dir.path().join(format!("again-{seed}"));
@@ -297,7 +304,7 @@ fn a_recorded_failing_run_shrinks_to_the_fault_that_matters_and_still_fails() {
         }
     }
     assert!(
-        failed >= 2,
-        "the shrunk scenario failed in only {failed} of 3 fresh runs: {text}"
+        failed >= 1,
+        "the shrunk scenario failed in none of 4 fresh runs: {text}"
     );
 }
