@@ -10,9 +10,14 @@ use serde_json::Value;
 
 /// Runs a shipped scenario; the run directory lives as long as the returned guard.
 fn run_kept(name: &str, service: &str) -> (tempfile::TempDir, Value) {
+    run_kept_with(name, service, &[])
+}
+
+/// [`run_kept`] with extra command-line arguments.
+fn run_kept_with(name: &str, service: &str, args: &[&str]) -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
-    let (o, r) = run_scenario(name, &[], &out);
+    let (o, r) = run_scenario(name, args, &out);
     assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
     assert_eq!(r["run"]["service"], service, "{name}");
     assert!(
@@ -144,6 +149,48 @@ fn redlock_clock_jump_gives_two_holders_with_no_pause() {
         })
         .count();
     assert!(linked >= 1, "no overlap linked to a clock jump: {m}");
+    let (accepted, _, _) = fencing(&r);
+    assert!(accepted >= 1, "{}", r["checks"]["fencing"]);
+}
+
+/// The same defect with one fault: aimed at a grant, one clock jump of two of the
+/// three masters at once takes the new holder's key from a majority, and a second
+/// client gets the lock while the first still holds it.
+#[test]
+fn redlock_majority_clock_jump_detects_with_one_aimed_fault() {
+    let _g = serial();
+    let (_dir, r) = run_kept_with(
+        "redlock-majority-clock-jump",
+        "redlock",
+        &["--aim", "--aim-count", "1"],
+    );
+    let jumps = faults_of(&r, "clock-jump");
+    assert_eq!(jumps.len(), 1, "one fault in the run: {}", r["faults"]);
+    assert!(faults_of(&r, "pause").is_empty(), "{}", r["faults"]);
+    assert!(faults_of(&r, "kill").is_empty(), "{}", r["faults"]);
+    let j = &jumps[0];
+    assert_eq!(j["outcome"], "ok", "{j}");
+    // Two masters stepped, each seen through its own TIME.
+    let done = j["detail"]["done"].as_array().expect("done");
+    assert_eq!(done.len(), 2, "{j}");
+    for d in done {
+        let moved = d["instance_time_after_us"].as_i64().expect("after")
+            - d["instance_time_before_us"].as_i64().expect("before");
+        assert!(moved >= 9_000_000, "{j}");
+    }
+    let m = &r["checks"]["mutex"];
+    let id = j["id"].as_u64().expect("fault id");
+    let linked = m["examples"]
+        .as_array()
+        .expect("examples")
+        .iter()
+        .filter(|o| {
+            o["faults"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x.as_u64() == Some(id)))
+        })
+        .count();
+    assert!(linked >= 1, "no overlap linked to the clock jump: {m}");
     let (accepted, _, _) = fencing(&r);
     assert!(accepted >= 1, "{}", r["checks"]["fencing"]);
 }
