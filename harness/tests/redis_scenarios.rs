@@ -115,6 +115,28 @@ fn redlock_without_a_token_accepts_stale_writes() {
     );
 }
 
+/// How far a stepped member's clock was seen to move, through its own `TIME`
+/// (one entry of a clock-jump's `detail.done`).
+fn clock_moved_us(done: &Value) -> i64 {
+    done["instance_time_after_us"].as_i64().expect("after")
+        - done["instance_time_before_us"].as_i64().expect("before")
+}
+
+/// The mutex check's overlap examples that name one of these faults.
+fn overlaps_linked(mutex: &Value, fault_ids: &[u64]) -> usize {
+    mutex["examples"]
+        .as_array()
+        .expect("examples")
+        .iter()
+        .filter(|o| {
+            o["faults"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|id| id.as_u64().is_some_and(|id| fault_ids.contains(&id)))
+            })
+        })
+        .count()
+}
+
 /// Kleppmann's scenario with no process paused: a holder with a bare majority
 /// loses its key on one master to a clock jump, a second client gets a majority
 /// while it still holds, and the report ties the overlap to the jump.
@@ -129,26 +151,16 @@ fn redlock_clock_jump_gives_two_holders_with_no_pause() {
         assert_eq!(j["outcome"], "ok", "{j}");
         // The step was seen through the instance's own TIME, not assumed.
         let done = &j["detail"]["done"][0];
-        let moved = done["instance_time_after_us"].as_i64().expect("after")
-            - done["instance_time_before_us"].as_i64().expect("before");
-        assert!(moved >= 9_000_000, "{j}");
+        assert!(clock_moved_us(done) >= 9_000_000, "{j}");
         assert_eq!(done["member"], 0, "{j}");
     }
     let m = &r["checks"]["mutex"];
     assert!(n(&m["overlaps"]) >= 1, "{m}");
     let jump_ids: Vec<u64> = jumps.iter().filter_map(|j| j["id"].as_u64()).collect();
-    let linked = m["examples"]
-        .as_array()
-        .expect("examples")
-        .iter()
-        .filter(|o| {
-            o["faults"].as_array().is_some_and(|f| {
-                f.iter()
-                    .any(|id| id.as_u64().is_some_and(|id| jump_ids.contains(&id)))
-            })
-        })
-        .count();
-    assert!(linked >= 1, "no overlap linked to a clock jump: {m}");
+    assert!(
+        overlaps_linked(m, &jump_ids) >= 1,
+        "no overlap linked to a clock jump: {m}"
+    );
     let (accepted, _, _) = fencing(&r);
     assert!(accepted >= 1, "{}", r["checks"]["fencing"]);
 }
@@ -174,23 +186,14 @@ fn redlock_majority_clock_jump_detects_with_one_aimed_fault() {
     let done = j["detail"]["done"].as_array().expect("done");
     assert_eq!(done.len(), 2, "{j}");
     for d in done {
-        let moved = d["instance_time_after_us"].as_i64().expect("after")
-            - d["instance_time_before_us"].as_i64().expect("before");
-        assert!(moved >= 9_000_000, "{j}");
+        assert!(clock_moved_us(d) >= 9_000_000, "{j}");
     }
     let m = &r["checks"]["mutex"];
     let id = j["id"].as_u64().expect("fault id");
-    let linked = m["examples"]
-        .as_array()
-        .expect("examples")
-        .iter()
-        .filter(|o| {
-            o["faults"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x.as_u64() == Some(id)))
-        })
-        .count();
-    assert!(linked >= 1, "no overlap linked to the clock jump: {m}");
+    assert!(
+        overlaps_linked(m, &[id]) >= 1,
+        "no overlap linked to the clock jump: {m}"
+    );
     let (accepted, _, _) = fencing(&r);
     assert!(accepted >= 1, "{}", r["checks"]["fencing"]);
 }
