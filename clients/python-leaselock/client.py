@@ -140,7 +140,13 @@ class Adapter:
         # What a kubeconfig gives a Python program: the server, a bearer token, the CA
         # (ssl_ca_cert is a file path) and the name the serving certificate is for
         # (tls-server-name: the proxy's address is not in the certificate).
-        fd, self.ca_file = tempfile.mkstemp(prefix="python-leaselock-ca.", suffix=".pem")
+        # The file goes in the working directory, which fencecheck makes the run
+        # directory: a client killed by a fault (SIGKILL, no close) leaves it
+        # there, in the run's own record, rather than in /tmp, where nothing would
+        # remove it.
+        worker = os.environ.get("FENCECHECK_WORKER", "x")
+        fd, self.ca_file = tempfile.mkstemp(
+            prefix=f"python-leaselock-ca.worker-{worker}.", suffix=".pem", dir=os.getcwd())
         with os.fdopen(fd, "w") as f:
             f.write(ca_pem)
         cfg = k8s.Configuration(
