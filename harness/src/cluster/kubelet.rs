@@ -38,6 +38,10 @@ pub fn args(dir: &Path, kubeconfig: &Path, pause: &str, node: &str, ports: Ports
     );
     flag("experimental-dockershim-root-directory", at("dockershim"));
     flag("volume-plugin-dir", at("volume-plugins"));
+    // The device-plugin manager's socket is a fixed path
+    // (/var/lib/kubelet/device-plugins/kubelet.sock, whatever --root-dir says);
+    // without the feature kubelet uses a stub and writes nothing there.
+    flag("feature-gates", "DevicePlugins=false".into());
     // Local images only: no registry is reachable here.
     flag("pod-infra-container-image", pause.into());
     // This machine's Docker: cgroup v1 with the cgroupfs driver; swap may be on.

@@ -68,7 +68,8 @@ pub enum Up {
 /// waits until the node is Ready, creates the `default` service account. Already
 /// up: says so and starts nothing. Partly up (a component died): stopped first.
 pub async fn up(dir: &Path, say: &dyn Fn(&str)) -> Result<Up> {
-    let dir = state::absolute(dir, true)?;
+    // Created only once everything needed is there: a refused `up` leaves nothing.
+    let dir = state::absolute(dir, false)?;
     if let Some(st) = State::load(&dir)? {
         let s = status_of(&st).await;
         if s.up {
@@ -115,6 +116,8 @@ pub async fn up(dir: &Path, say: &dyn Fn(&str)) -> Result<Up> {
         .context("no Docker engine answers: kubelet runs the pods on it")?;
     let pause = crate::images::pause_image(&engine.docker, &pause_bin, say).await?;
 
+    // Resolved again now that it exists: the path every command line names.
+    let dir = state::absolute(&dir, true)?;
     // A fresh cluster: the data of an earlier one (its node, its objects, made
     // with another CA and token) is not kept.
     for e in state::ENTRIES {
