@@ -1,8 +1,9 @@
 //! The local single-node Kubernetes cluster end to end: `fencecheck cluster up` in
 //! a temporary state directory brings a real etcd, kube-apiserver and kubelet
 //! (built by `ci/bootstrap.sh`) to a Ready node; a pod running fencecheck's own
-//! etcd image (built locally, `imagePullPolicy: Never`) is Running and answers
-//! on its port; `cluster down` leaves no container, process or state behind.
+//! etcd image (built locally, `imagePullPolicy: Never`) is Running, answers on
+//! its port and its log is read through the apiserver; `cluster down` leaves no
+//! container, process or state behind.
 //!
 //! Skipped (one line) only where no Docker engine answers and
 //! FENCECHECK_REQUIRE_DOCKER is unset; a missing kubelet is a failure, with
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, LogParams, PostParams};
 
 use fencecheck::cluster;
 use fencecheck::scenario::EtcdVersion;
@@ -210,6 +211,13 @@ async fn run_etcd_pod(kubeconfig: &Path) -> u16 {
                 let body = r.text().await.unwrap_or_default();
                 if body.contains("etcdserver") {
                     assert!(body.contains("3.4."), "{body}");
+                    // Its log, through the apiserver: the apiserver reaches kubelet
+                    // (Hostname address `localhost`) with its client certificate.
+                    let log = pods
+                        .logs("etcd-probe", &LogParams::default())
+                        .await
+                        .expect("the pod's log through the apiserver");
+                    assert!(log.contains(&format!("127.0.0.1:{port}")), "{log}");
                     return port;
                 }
                 last = format!("Running; /version said {body}");

@@ -15,6 +15,9 @@ pub fn pause_path() -> PathBuf {
     crate::systems::etcd::provision::cache_dir().join("kubernetes/bin/pause")
 }
 
+/// The CA kubelet trusts for clients, in its root directory.
+pub const CLIENT_CA: &str = "client-ca.crt";
+
 /// kubelet's arguments. `dir` is the state directory, `kubeconfig` the cluster's
 /// (the static token), `pause` the local sandbox image, `node` the node's name.
 pub fn args(dir: &Path, kubeconfig: &Path, pause: &str, node: &str, ports: Ports) -> Vec<String> {
@@ -25,10 +28,11 @@ pub fn args(dir: &Path, kubeconfig: &Path, pause: &str, node: &str, ports: Ports
     flag("kubeconfig", kubeconfig.display().to_string());
     flag("root-dir", root.display().to_string());
     flag("cert-dir", at("pki"));
+    // The node's name is also its Hostname address, which the apiserver dials
+    // for logs and exec (see `NODE`). No `--node-ip=127.0.0.1`: 1.20 refuses a
+    // loopback node IP ("failed to validate nodeIP: nodeIP can't be loopback
+    // address") and the node is left with no address at all.
     flag("hostname-override", node.into());
-    // The apiserver reaches the node (logs, exec) at this address, not by looking
-    // the node's name up in DNS.
-    flag("node-ip", "127.0.0.1".into());
     flag("container-runtime", "docker".into());
     // dockershim's own CRI socket and checkpoints, in the state directory rather
     // than /var/run/dockershim.sock and /var/lib/dockershim.
@@ -63,6 +67,8 @@ pub fn args(dir: &Path, kubeconfig: &Path, pause: &str, node: &str, ports: Ports
     flag("healthz-port", ports.kubelet_healthz.to_string());
     flag("read-only-port", "0".into());
     flag("anonymous-auth", "false".into());
+    // The apiserver's client certificate is signed by this CA (`certs.rs`).
+    flag("client-ca-file", at(CLIENT_CA));
     flag("authentication-token-webhook", "false".into());
     flag("authorization-mode", "AlwaysAllow".into());
     a

@@ -12,6 +12,7 @@
 //! line, [`containers`] the pods' containers on the engine.
 
 pub mod api;
+pub mod certs;
 pub mod containers;
 pub mod kubelet;
 pub mod process;
@@ -36,8 +37,11 @@ pub const KUBELET_PORTS: kubelet::Ports = kubelet::Ports {
     kubelet: 32250,
     kubelet_healthz: 32248,
 };
-/// The node's name (`--hostname-override`): what a pod's `nodeName` says.
-pub const NODE: &str = "fencecheck-node";
+/// The node's name (`--hostname-override`): what a pod's `nodeName` says. It is
+/// also the node's Hostname address, which the apiserver dials for a pod's logs
+/// (`--kubelet-preferred-address-types=Hostname`): `localhost` resolves from
+/// /etc/hosts to the loopback kubelet listens on, with no DNS.
+pub const NODE: &str = "localhost";
 
 /// How long each component may take to serve. The node's is the longest: kubelet
 /// starts dockershim, registers, then reports Ready after its first sync (25 s
@@ -222,6 +226,27 @@ async fn start(
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
+    // The apiserver's calls to kubelet (logs, exec), authenticated both ways.
+    let certs = certs::KubeletClientCerts::generate()?;
+    let conf = Path::new(&at[1].config_dir);
+    let mut api_args = api.args.clone();
+    for (name, contents, flag) in [
+        (
+            "kubelet-client.crt",
+            &certs.cert_pem,
+            "kubelet-client-certificate",
+        ),
+        ("kubelet-client.key", &certs.key_pem, "kubelet-client-key"),
+    ] {
+        let path = conf.join(name);
+        std::fs::write(&path, contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        api_args.push(format!("--{flag}={}", path.display()));
+    }
+    api_args.push("--kubelet-preferred-address-types=Hostname".into());
+    let ca = st.dir.join("kubelet").join(kubelet::CLIENT_CA);
+    std::fs::write(&ca, &certs.ca_pem).with_context(|| format!("cannot write {}", ca.display()))?;
+
     let t = Instant::now();
     let c = launch(
         st,
@@ -245,7 +270,7 @@ async fn start(
         st,
         "kube-apiserver",
         &api.program,
-        &api.args,
+        &api_args,
         &api.env,
         at[1].client,
     )?;
