@@ -402,8 +402,10 @@ pub struct Status {
 
 impl Status {
     fn summary(&self) -> String {
+        // The three components' lines (the node's and the kubeconfig's follow).
         self.lines
             .iter()
+            .take(3)
             .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
             .collect::<Vec<_>>()
             .join(", ")
@@ -492,11 +494,18 @@ async fn stop_all(st: &State, say: &dyn Fn(&str)) -> Result<Vec<String>> {
         async move {
             match c {
                 Some(c) => match process::stop(c.pid, &st.dir, GRACE).await {
-                    Ok(killed) => Ok(Some(format!(
+                    Ok(process::Stopped::WasNot) => {
+                        Ok(Some(format!("{} (pid {}) was not running", c.name, c.pid)))
+                    }
+                    Ok(how) => Ok(Some(format!(
                         "stopped {} (pid {}{})",
                         c.name,
                         c.pid,
-                        if killed { ", SIGKILL" } else { "" }
+                        if how == process::Stopped::Killed {
+                            ", SIGKILL after 10 s"
+                        } else {
+                            ""
+                        }
                     ))),
                     Err(e) => Err(format!("{} (pid {}): {e:#}", c.name, c.pid)),
                 },

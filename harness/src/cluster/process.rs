@@ -77,25 +77,33 @@ pub fn alive(pid: u32, dir: &Path) -> bool {
     state != "Z"
 }
 
+/// How a process was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// It was not running (any more).
+    WasNot,
+    Terminated,
+    Killed,
+}
+
 /// Stops `pid` (if it is still ours): SIGTERM, then SIGKILL after `grace`.
-/// Returns whether it had to be killed.
-pub async fn stop(pid: u32, dir: &Path, grace: Duration) -> Result<bool> {
+pub async fn stop(pid: u32, dir: &Path, grace: Duration) -> Result<Stopped> {
     if !alive(pid, dir) {
-        return Ok(false);
+        return Ok(Stopped::WasNot);
     }
     let p = Pid::from_raw(pid as i32);
     // A process that went between the check and the signal: gone either way.
     let _ = kill(p, Signal::SIGCONT);
     let _ = kill(p, Signal::SIGTERM);
     if gone_within(pid, dir, grace).await {
-        return Ok(false);
+        return Ok(Stopped::Terminated);
     }
     let _ = kill(p, Signal::SIGKILL);
     anyhow::ensure!(
         gone_within(pid, dir, Duration::from_secs(5)).await,
         "pid {pid} is still there 5 s after SIGKILL"
     );
-    Ok(true)
+    Ok(Stopped::Killed)
 }
 
 async fn gone_within(pid: u32, dir: &Path, deadline: Duration) -> bool {
