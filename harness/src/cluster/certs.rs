@@ -51,3 +51,17 @@ impl KubeletClientCerts {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_and_a_client_certificate_it_signs() {
+        let c = KubeletClientCerts::generate().expect("certs");
+        assert!(c.ca_pem.contains("BEGIN CERTIFICATE"));
+        assert!(c.cert_pem.contains("BEGIN CERTIFICATE"));
+        assert_ne!(c.ca_pem, c.cert_pem);
+        assert!(c.key_pem.contains("PRIVATE KEY"));
+    }
+}
