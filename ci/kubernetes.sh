@@ -5,10 +5,15 @@
 #   $CACHE/kubernetes/src-1.20.2      the unpacked tree (the Go adapter
 #                                     clients/go-leaderelection builds against it too)
 #   $CACHE/kubernetes/bin/kube-apiserver
+#   $CACHE/kubernetes/bin/kubelet     with ci/kubelet-sandbox-oom-adj.patch, for the
+#                                     local test cluster (`fencecheck cluster up`)
+#   $CACHE/kubernetes/bin/pause       the pod sandbox's program (build/pause/linux/pause.c,
+#                                     static), packaged FROM scratch by the harness
 # ($CACHE = ~/.cache/fencecheck unless FENCECHECK_CACHE or XDG_CACHE_HOME say otherwise.)
 #
 # How it is used: sourced by ci/bootstrap.sh after the other services and before
-# clients/*/setup.sh (305-444 s on a fresh 2-core machine, 2026-12-02), or run on its own
+# clients/*/setup.sh (kube-apiserver alone: 305-444 s on a fresh 2-core machine, 2026-12-02;
+# kubelet alone after it 395 s, both in one make 313 s, 2026-12-04), or run on its own
 # (`bash ci/kubernetes.sh`). Sourced, it uses bootstrap's
 # say, die, apt_install and prints; on its own it defines them. Everything it defines is
 # prefixed `k8s_`. It checks what is actually used — the binary and its `--version`
@@ -43,6 +48,10 @@ k8s_version=1.20.2
 k8s_cache="${FENCECHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fencecheck}/kubernetes"
 k8s_src="$k8s_cache/src-$k8s_version"
 k8s_bin="$k8s_cache/bin/kube-apiserver"
+k8s_kubelet="$k8s_cache/bin/kubelet"
+k8s_pause="$k8s_cache/bin/pause"
+# Beside this script: sourced by bootstrap, $0 is bootstrap's, so BASH_SOURCE.
+k8s_patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kubelet-sandbox-oom-adj.patch"
 k8s_go=/usr/bin/go
 # Our own deb-src entry, beside the machine's sources, so removing it undoes us.
 k8s_srclist=/etc/apt/sources.list.d/fencecheck-deb-src.sources
@@ -60,6 +69,13 @@ k8s_timed() {
 
 k8s_bin_ok() {
   [ -x "$k8s_bin" ] && prints "^Kubernetes v$k8s_version\$" "$k8s_bin" --version
+}
+k8s_kubelet_ok() {
+  [ -x "$k8s_kubelet" ] && prints "^Kubernetes v$k8s_version\$" "$k8s_kubelet" --version
+}
+# pause prints "pause.c HEAD" for -v and exits 0 (it takes no other argument).
+k8s_pause_ok() {
+  [ -x "$k8s_pause" ] && prints "^pause\.c " "$k8s_pause" -v
 }
 # The unpacked tree is usable when its own version stamp says 1.20.2 (the orig tarball is a
 # `git archive`: hack/lib/version.sh carries the tag the build stamps into --version) and
@@ -140,12 +156,39 @@ k8s_fetch_source() {
   k8s_src_ok || die "$k8s_src does not look like Kubernetes v$k8s_version with vendor/k8s.io/client-go (unpacked from $orig)"
 }
 
-# k8s_make LOG: the build itself, its output into LOG.
+# k8s_make LOG WHAT: the build itself, its output into LOG.
 k8s_make() {
   (cd "$k8s_src" && env PATH="$(dirname "$k8s_go"):$PATH" GOENV=off GOFLAGS=-mod=vendor \
-    GOPROXY=off GOCACHE="$k8s_cache/gocache" make WHAT=cmd/kube-apiserver >"$1" 2>&1)
+    GOPROXY=off GOCACHE="$k8s_cache/gocache" make WHAT="$2" >"$1" 2>&1)
 }
 
+# The kubelet patch, applied to the tree in place, once: `patch --dry-run -R`
+# succeeding means it is in already. In place rather than on a copy of the 1 GB
+# tree: the only file it touches is kubelet's dockershim, which neither
+# kube-apiserver nor the Go adapter's client-go compile.
+k8s_patch_kubelet() {
+  [ -f "$k8s_patch" ] || die "the kubelet patch $k8s_patch is missing"
+  command -v patch >/dev/null 2>&1 || apt_install patch
+  if patch --dry-run -R -s -f -p1 -d "$k8s_src" <"$k8s_patch" >/dev/null 2>&1; then
+    say "kubelet patch already in $k8s_src ($(basename "$k8s_patch"))"
+    return
+  fi
+  patch -s -f -p1 -d "$k8s_src" <"$k8s_patch" ||
+    die "$k8s_patch does not apply to $k8s_src"
+  say "applied $(basename "$k8s_patch") to $k8s_src"
+}
+
+# k8s_install NAME DEST: the built _output/bin/NAME to DEST, atomically.
+k8s_install() {
+  local out="$k8s_src/_output/bin/$1"
+  [ -x "$out" ] || die "the build left no $out (log: $k8s_cache/build.log)"
+  mkdir -p "$(dirname "$2")"
+  cp -f "$out" "$2.tmp"
+  mv -f "$2.tmp" "$2"
+}
+
+# k8s_build CMD...: builds the commands given (cmd/kube-apiserver, cmd/kubelet) in one
+# make: both at once compile the packages they share once (most of the time).
 k8s_build() {
   # The build's code generators copy the tree with rsync; without it a first build
   # leaves an empty _output/bin/prerelease-lifecycle-gen that later builds trust, so
@@ -153,27 +196,38 @@ k8s_build() {
   command -v rsync >/dev/null 2>&1 || apt_install rsync
   command -v make >/dev/null 2>&1 || apt_install make
   [ -x "$k8s_go" ] || apt_install golang-go
+  local what="$*"
+  case " $what " in *" cmd/kubelet "*) k8s_patch_kubelet ;; esac
   rm -rf "$k8s_src/_output"
-  say "make WHAT=cmd/kube-apiserver in $k8s_src ($("$k8s_go" version))"
+  say "make WHAT=\"$what\" in $k8s_src ($("$k8s_go" version))"
   # k8s_make: GOFLAGS=-mod=vendor and GOPROXY=off: offline, from the tree's vendor/.
   # GOENV=off so a user's go env cannot change the build. The log goes to a file: it is long.
   local log="$k8s_cache/build.log"
-  if ! k8s_timed "make WHAT=cmd/kube-apiserver (log: $log)" k8s_make "$log"; then
+  if ! k8s_timed "make WHAT=\"$what\" (log: $log)" k8s_make "$log" "$what"; then
     tail -20 "$log" >&2
-    die "make WHAT=cmd/kube-apiserver failed in $k8s_src (full log: $log)"
+    die "make WHAT=\"$what\" failed in $k8s_src (full log: $log)"
   fi
-  local out="$k8s_src/_output/bin/kube-apiserver"
-  [ -x "$out" ] || die "the build left no $out (log: $log)"
-  mkdir -p "$(dirname "$k8s_bin")"
-  cp -f "$out" "$k8s_bin.tmp"
-  mv -f "$k8s_bin.tmp" "$k8s_bin"
+  case " $what " in *" cmd/kube-apiserver "*) k8s_install kube-apiserver "$k8s_bin" ;; esac
+  case " $what " in *" cmd/kubelet "*) k8s_install kubelet "$k8s_kubelet" ;; esac
   # _output is 1.5 GB, mostly the build's Go cache; nothing reuses it (a rebuild starts
-  # from a clean _output, above), so it goes once the binary is out.
+  # from a clean _output, above), so it goes once the binaries are out.
   rm -rf "$k8s_src/_output"
 }
 
-if k8s_bin_ok && k8s_src_ok; then
+# The pod sandbox's program: static, so the image that holds it is FROM scratch.
+k8s_build_pause() {
+  command -v gcc >/dev/null 2>&1 || apt_install gcc
+  [ -e /usr/include/stdio.h ] || apt_install libc6-dev
+  mkdir -p "$(dirname "$k8s_pause")"
+  k8s_timed "gcc -Os -static pause.c" \
+    gcc -Os -static -o "$k8s_pause.tmp" "$k8s_src/build/pause/linux/pause.c" ||
+    die "gcc could not build $k8s_src/build/pause/linux/pause.c"
+  mv -f "$k8s_pause.tmp" "$k8s_pause"
+}
+
+if k8s_bin_ok && k8s_kubelet_ok && k8s_pause_ok && k8s_src_ok; then
   say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version))"
+  say "kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); pause: $k8s_pause"
 else
   k8s_t0=$(date +%s)
   if k8s_src_ok; then
@@ -182,10 +236,19 @@ else
     say "kubernetes $k8s_version source missing ($k8s_src): Debian's kubernetes source package"
     k8s_fetch_source
   fi
+  k8s_what=()
   if ! k8s_bin_ok; then
     say "kube-apiserver $k8s_version missing ($k8s_bin): building it"
-    k8s_build
-    k8s_bin_ok || die "$k8s_bin --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_bin" --version 2>&1 | head -1)"
+    k8s_what+=(cmd/kube-apiserver)
   fi
-  say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version)); all steps: $(($(date +%s) - k8s_t0)) s"
+  if ! k8s_kubelet_ok; then
+    say "kubelet $k8s_version missing ($k8s_kubelet): building it (patched: $(basename "$k8s_patch"))"
+    k8s_what+=(cmd/kubelet)
+  fi
+  [ "${#k8s_what[@]}" -eq 0 ] || k8s_build "${k8s_what[@]}"
+  k8s_bin_ok || die "$k8s_bin --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_bin" --version 2>&1 | head -1)"
+  k8s_kubelet_ok || die "$k8s_kubelet --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_kubelet" --version 2>&1 | head -1)"
+  k8s_pause_ok || k8s_build_pause
+  k8s_pause_ok || die "$k8s_pause -v does not print 'pause.c ...' after the build"
+  say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version)); kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); pause: $k8s_pause; all steps: $(($(date +%s) - k8s_t0)) s"
 fi

@@ -188,6 +188,12 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// A local single-node Kubernetes cluster (etcd, kube-apiserver, kubelet on
+    /// this machine's Docker engine, from what ci/bootstrap.sh built).
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
     /// Measure fencecheck's own machinery (figures, never pass/fail).
     Bench {
         #[command(subcommand)]
@@ -211,6 +217,32 @@ enum Command {
         #[arg(long, default_value = "flush")]
         durability: fencecheck_storage::Durability,
     },
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Start it and wait until its node is Ready; prints the kubeconfig path.
+    /// Already up: says so. Exit 0 up, 2 it could not start.
+    Up(ClusterDir),
+    /// Stop it, remove its pods' containers and its state. Exit 0 nothing left.
+    Down(ClusterDir),
+    /// Each component up or down, and the node's Ready condition. Exit 0 up and
+    /// Ready, 1 not.
+    Status(ClusterDir),
+}
+
+#[derive(clap::Args)]
+struct ClusterDir {
+    /// Its state directory: pids, logs, data, the kubeconfig (default
+    /// ~/.cache/fencecheck/cluster).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+impl ClusterDir {
+    fn get(self) -> PathBuf {
+        self.dir.unwrap_or_else(crate::cluster::state::default_dir)
+    }
 }
 
 #[derive(Subcommand)]
@@ -303,6 +335,7 @@ pub fn main() -> i32 {
         Command::Scenario { .. }
             | Command::Suite { .. }
             | Command::Images { .. }
+            | Command::Cluster { .. }
             | Command::Clean { .. }
             | Command::Bench { .. }
             | Command::Worker { .. }
@@ -411,6 +444,7 @@ pub fn main() -> i32 {
         } => bench_proxy(round_trips, bulk_bytes),
         Command::Images { etcd } => lines(crate::backend::docker::build_images(&etcd)),
         Command::Clean { images, force } => lines(crate::backend::docker::clean(images, force)),
+        Command::Cluster { action } => cluster(action),
         Command::Worker { config } => worker(&config),
         Command::Storage {
             listen,
@@ -671,6 +705,53 @@ fn lines(f: impl std::future::Future<Output = anyhow::Result<Vec<String>>>) -> i
                 EXIT_PASS
             }
             Err(e) => error(format!("{e:#}")),
+        }
+    })
+}
+
+/// `fencecheck cluster up|down|status`.
+fn cluster(action: ClusterAction) -> i32 {
+    let say = |m: &str| eprintln!("· {m}");
+    block_on(true, async {
+        match action {
+            ClusterAction::Up(d) => match crate::cluster::up(&d.get(), &say).await {
+                Ok(crate::cluster::Up::AlreadyUp { kubeconfig }) => {
+                    stdout(&format!(
+                        "cluster already up\nkubeconfig: {}\n",
+                        kubeconfig.display()
+                    ));
+                    EXIT_PASS
+                }
+                Ok(crate::cluster::Up::Started {
+                    kubeconfig,
+                    ready_after,
+                    lines,
+                }) => {
+                    let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+                    text.push_str(&format!(
+                        "cluster up in {:.1} s\nkubeconfig: {}\n",
+                        ready_after.as_secs_f64(),
+                        kubeconfig.display()
+                    ));
+                    stdout(&text);
+                    EXIT_PASS
+                }
+                Err(e) => error(format!("cluster up: {e:#}")),
+            },
+            ClusterAction::Down(d) => match crate::cluster::down(&d.get(), &|_| {}).await {
+                Ok(lines) => {
+                    stdout(&lines.iter().map(|l| format!("{l}\n")).collect::<String>());
+                    EXIT_PASS
+                }
+                Err(e) => error(format!("cluster down: {e:#}")),
+            },
+            ClusterAction::Status(d) => match crate::cluster::status(&d.get()).await {
+                Ok(s) => {
+                    stdout(&s.lines.iter().map(|l| format!("{l}\n")).collect::<String>());
+                    verdict(s.up)
+                }
+                Err(e) => error(format!("cluster status: {e:#}")),
+            },
         }
     })
 }

@@ -140,6 +140,23 @@ pub async fn reaper_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> 
     .await
 }
 
+/// The pod sandbox image of the local Kubernetes cluster (`fencecheck cluster
+/// up`): kubelet's `--pod-infra-container-image`, which it would otherwise pull
+/// from a registry. It holds `bin`, the tree's `build/pause/linux/pause.c` built
+/// static by `ci/kubernetes.sh`, as `/pause`; tagged `fencecheck/pause:<hash>`.
+pub async fn pause_image(docker: &Docker, bin: &Path, say: &dyn Fn(&str)) -> Result<Image> {
+    const DOCKERFILE: &str = "FROM scratch\nCOPY pause /pause\nENTRYPOINT [\"/pause\"]\n";
+    let bytes = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
+    let mut files = BTreeMap::new();
+    files.insert("pause".to_string(), (0o755, bytes));
+    let ctx = BuildContext {
+        dockerfile: DOCKERFILE,
+        files,
+    };
+    let tag = format!("fencecheck/pause:{}", ctx.hash());
+    ensure(docker, &tag, "pause", &ctx, say).await
+}
+
 /// An image holding one static binary of this workspace (package and binary
 /// `package`), tagged `fencecheck/<what>:<hash>`.
 async fn static_image(

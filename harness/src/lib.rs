@@ -10,6 +10,7 @@ pub mod backend;
 pub mod check;
 pub mod cli;
 pub mod clockshim;
+pub mod cluster;
 pub mod images;
 pub mod junit;
 pub mod links;

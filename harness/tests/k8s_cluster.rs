@@ -1,0 +1,238 @@
+//! The local single-node Kubernetes cluster end to end: `fencecheck cluster up` in
+//! a temporary state directory brings a real etcd, kube-apiserver and kubelet
+//! (built by `ci/bootstrap.sh`) to a Ready node; a pod running fencecheck's own
+//! etcd image (built locally, `imagePullPolicy: Never`) is Running, answers on
+//! its port and its log is read through the apiserver; `cluster down` leaves no
+//! container, process or state behind.
+//!
+//! Skipped (one line) only where no Docker engine answers and
+//! FENCECHECK_REQUIRE_DOCKER is unset; a missing kubelet is a failure, with
+//! `cluster up`'s own message ("run ci/bootstrap.sh").
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, LogParams, PostParams};
+
+use fencecheck::cluster;
+use fencecheck::scenario::EtcdVersion;
+use fencecheck::systems::etcd::members::EtcdDeploy;
+
+/// Runs `cluster down` on the state directory when dropped, so a failed
+/// assertion or a panic leaves nothing running.
+struct DownOnDrop {
+    dir: PathBuf,
+    armed: bool,
+}
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let o = bin()
+                .args(["cluster", "down", "--dir"])
+                .arg(&self.dir)
+                .output();
+            eprintln!("guard: cluster down: {o:?}");
+        }
+    }
+}
+
+fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
+    bin()
+        .args(["cluster", action, "--dir"])
+        .arg(dir)
+        .output()
+        .expect("run fencecheck cluster")
+}
+
+#[test]
+fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
+    if !docker::docker_or_skip("k8s_cluster") {
+        return;
+    }
+    let _one = serial();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cluster");
+    let mut guard = DownOnDrop {
+        dir: dir.clone(),
+        armed: true,
+    };
+
+    let t = Instant::now();
+    let o = cluster_cmd("up", &dir);
+    assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let kubeconfig = dir.join("kubeconfig");
+    assert!(
+        out.contains(&format!("kubeconfig: {}", kubeconfig.display())),
+        "{out}"
+    );
+    eprintln!("cluster up: {:.1} s\n{out}", t.elapsed().as_secs_f64());
+
+    // Up is idempotent: a second `up` starts nothing and says so.
+    let o = cluster_cmd("up", &dir);
+    assert_eq!(o.status.code(), Some(0), "second up: {}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("already up"),
+        "{}",
+        explain(&o)
+    );
+    let o = cluster_cmd("status", &dir);
+    assert_eq!(o.status.code(), Some(0), "status: {}", explain(&o));
+    let status = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(status.contains("Ready=True"), "{status}");
+    assert_eq!(status.matches(" up ").count(), 3, "{status}");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let port = rt.block_on(run_etcd_pod(&kubeconfig));
+
+    let o = cluster_cmd("down", &dir);
+    assert_eq!(o.status.code(), Some(0), "cluster down: {}", explain(&o));
+    guard.armed = false;
+    let down = String::from_utf8_lossy(&o.stdout).to_string();
+    // The pod's sandbox and its container, removed by `down` (a stopped kubelet
+    // removes nothing).
+    assert!(down.contains("k8s_POD_etcd-probe_default_"), "{down}");
+    assert!(down.contains("k8s_etcd_etcd-probe_default_"), "{down}");
+
+    // Nothing left: no k8s_ container, no process naming the state directory,
+    // no state, the pod's port closed, status says down.
+    let left = rt.block_on(async {
+        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
+            .await
+            .expect("engine");
+        cluster::containers::list(&e.docker)
+            .await
+            .expect("docker ps")
+    });
+    let names: Vec<&str> = left.iter().map(|c| c.name.as_str()).collect();
+    assert!(names.is_empty(), "containers left: {names:?}");
+    assert_nothing_left(&dir);
+    assert!(!dir.exists(), "{} still there", dir.display());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the pod's etcd still answers on {port}"
+    );
+    let o = cluster_cmd("status", &dir);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "status after down: {}",
+        explain(&o)
+    );
+}
+
+/// Creates a pod running fencecheck's etcd 3.4 image on the node (host network,
+/// local image only, no service-account token) and waits until it is Running and
+/// its etcd answers `/version`; returns its client port.
+async fn run_etcd_pod(kubeconfig: &Path) -> u16 {
+    let say = |m: &str| eprintln!("· {m}");
+    let engine = fencecheck::backend::docker::engine(Duration::from_secs(10))
+        .await
+        .expect("engine");
+    let deploy = EtcdDeploy::find(EtcdVersion::V3_4, &say).expect("etcd 3.4");
+    let image = fencecheck::images::system_image(&engine.docker, &deploy, &say)
+        .await
+        .expect("etcd image");
+    let etcd = fencecheck::systems::etcd::provision::find(EtcdVersion::V3_4).expect("etcd 3.4");
+    let port = fencecheck::proc::free_port("127.0.0.1").expect("port");
+    let peer = fencecheck::proc::free_port("127.0.0.1").expect("port");
+    let client_url = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let command: Vec<String> = [
+        etcd.path.display().to_string().as_str(),
+        "--name",
+        "probe",
+        "--data-dir",
+        "/data",
+        "--listen-client-urls",
+        &client_url,
+        "--advertise-client-urls",
+        &client_url,
+        "--listen-peer-urls",
+        &peer_url,
+        "--initial-advertise-peer-urls",
+        &peer_url,
+        "--initial-cluster",
+        &format!("probe={peer_url}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("etcd-probe".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(cluster::NODE.into()),
+            host_network: Some(true),
+            automount_service_account_token: Some(false),
+            containers: vec![Container {
+                name: "etcd".into(),
+                image: Some(image.tag.clone()),
+                image_pull_policy: Some("Never".into()),
+                command: Some(command),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let client = cluster::api::client(kubeconfig).await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("http");
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut last;
+    loop {
+        let p = pods.get("etcd-probe").await.expect("get pod");
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Running" {
+            if let Ok(r) = http.get(format!("{client_url}/version")).send().await {
+                let body = r.text().await.unwrap_or_default();
+                if body.contains("etcdserver") {
+                    assert!(body.contains("3.4."), "{body}");
+                    // Its log, through the apiserver: the apiserver reaches kubelet
+                    // (Hostname address `localhost`) with its client certificate.
+                    let log = pods
+                        .logs("etcd-probe", &LogParams::default())
+                        .await
+                        .expect("the pod's log through the apiserver");
+                    assert!(log.contains(&format!("127.0.0.1:{port}")), "{log}");
+                    return port;
+                }
+                last = format!("Running; /version said {body}");
+            } else {
+                last = "Running; /version does not answer yet".into();
+            }
+        } else {
+            assert_ne!(phase, "Failed", "{:?}", p.status);
+            last = format!("{phase}: {:?}", p.status.and_then(|s| s.container_statuses));
+        }
+        assert!(
+            Instant::now() < until,
+            "the pod did not run and answer within 120 s: {last}"
+        );
+        // The poll's interval, not a wait for readiness.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
