@@ -236,3 +236,85 @@ async fn run_etcd_pod(kubeconfig: &Path) -> u16 {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Ctrl-C while `cluster up` waits for the node: the three components (in
+/// sessions of their own, so the terminal's SIGINT does not reach them) are
+/// stopped by `up` itself, which exits 2 saying it was interrupted; nothing of
+/// the state directory keeps running, and no `k8s_` container is left.
+#[test]
+fn ctrl_c_during_up_stops_what_it_started() {
+    if !docker::docker_or_skip("k8s_cluster") {
+        return;
+    }
+    let _one = serial();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cluster");
+    let mut guard = DownOnDrop {
+        dir: dir.clone(),
+        armed: true,
+    };
+    let child = bin()
+        .args(["cluster", "up", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start cluster up");
+    // Until kubelet is started (its pid in the state): `up` is then waiting for
+    // the node, with all three components running.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state: serde_json::Value = std::fs::read_to_string(dir.join("state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        if !state["kubelet"].is_null() {
+            assert!(
+                !state["etcd"].is_null() && !state["apiserver"].is_null(),
+                "{state}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubelet not started within 120 s: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let o = child.wait_with_output().expect("wait for cluster up");
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("interrupted"),
+        "{}",
+        explain(&o)
+    );
+    assert_nothing_left(&dir);
+    let o = cluster_cmd("status", &dir);
+    assert_eq!(o.status.code(), Some(1), "status: {}", explain(&o));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // kubelet may have started the node's first containers before it stopped;
+    // `down` (not run yet) is not what removed them, so none may be left.
+    let left = rt.block_on(async {
+        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
+            .await
+            .expect("engine");
+        cluster::containers::list(&e.docker)
+            .await
+            .expect("docker ps")
+    });
+    let names: Vec<&str> = left.iter().map(|c| c.name.as_str()).collect();
+    assert!(names.is_empty(), "containers left: {names:?}");
+    // The logs stay for the reader of the error; `down` removes them.
+    let o = cluster_cmd("down", &dir);
+    assert_eq!(o.status.code(), Some(0), "down: {}", explain(&o));
+    guard.armed = false;
+    assert!(!dir.exists(), "{} still there", dir.display());
+}

@@ -113,7 +113,15 @@ pub async fn up(dir: &Path, say: &dyn Fn(&str)) -> Result<Up> {
         kubeconfig: kubeconfig.clone(),
     };
     st.save()?;
-    let result = start(&mut st, &specs, &[etcd_at, api_at], &kubelet_bin, say).await;
+    // Ctrl-C while it starts stops what has started: the components run in
+    // sessions of their own (they outlive `up` on purpose), so the terminal's
+    // SIGINT never reaches them. `start` records each one in the state before
+    // its next wait, so the state names everything running when it is dropped.
+    let at = [etcd_at, api_at];
+    let result = tokio::select! {
+        r = start(&mut st, &specs, &at, &kubelet_bin, say) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
+    };
     match result {
         Ok(lines) => Ok(Up::Started {
             kubeconfig,
