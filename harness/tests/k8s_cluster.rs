@@ -50,18 +50,44 @@ fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
         .expect("run fencecheck cluster")
 }
 
+/// A temporary state directory and the guard that runs `down` on it.
+fn state_dir() -> (tempfile::TempDir, PathBuf, DownOnDrop) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cluster");
+    let guard = DownOnDrop {
+        dir: dir.clone(),
+        armed: true,
+    };
+    (tmp, dir, guard)
+}
+
+/// The `k8s_*` containers on the engine (the local cluster's pods).
+fn k8s_containers(rt: &tokio::runtime::Runtime) -> Vec<String> {
+    let left = rt.block_on(async {
+        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
+            .await
+            .expect("engine");
+        cluster::containers::list(&e.docker)
+            .await
+            .expect("docker ps")
+    });
+    left.into_iter().map(|c| c.name).collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 #[test]
 fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
     if !docker::docker_or_skip("k8s_cluster") {
         return;
     }
     let _one = serial();
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("cluster");
-    let mut guard = DownOnDrop {
-        dir: dir.clone(),
-        armed: true,
-    };
+    let (_tmp, dir, mut guard) = state_dir();
 
     let t = Instant::now();
     let o = cluster_cmd("up", &dir);
@@ -88,10 +114,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
     assert!(status.contains("Ready=True"), "{status}");
     assert_eq!(status.matches(" up ").count(), 3, "{status}");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let port = rt.block_on(run_etcd_pod(&kubeconfig));
 
     let o = cluster_cmd("down", &dir);
@@ -105,15 +128,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
 
     // Nothing left: no k8s_ container, no process naming the state directory,
     // no state, the pod's port closed, status says down.
-    let left = rt.block_on(async {
-        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
-            .await
-            .expect("engine");
-        cluster::containers::list(&e.docker)
-            .await
-            .expect("docker ps")
-    });
-    let names: Vec<&str> = left.iter().map(|c| c.name.as_str()).collect();
+    let names = k8s_containers(&rt);
     assert!(names.is_empty(), "containers left: {names:?}");
     assert_nothing_left(&dir);
     assert!(!dir.exists(), "{} still there", dir.display());
@@ -247,12 +262,7 @@ fn ctrl_c_during_up_stops_what_it_started() {
         return;
     }
     let _one = serial();
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("cluster");
-    let mut guard = DownOnDrop {
-        dir: dir.clone(),
-        armed: true,
-    };
+    let (_tmp, dir, mut guard) = state_dir();
     let child = bin()
         .args(["cluster", "up", "--dir"])
         .arg(&dir)
@@ -296,21 +306,10 @@ fn ctrl_c_during_up_stops_what_it_started() {
     assert_nothing_left(&dir);
     let o = cluster_cmd("status", &dir);
     assert_eq!(o.status.code(), Some(1), "status: {}", explain(&o));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     // kubelet may have started the node's first containers before it stopped;
     // `down` (not run yet) is not what removed them, so none may be left.
-    let left = rt.block_on(async {
-        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
-            .await
-            .expect("engine");
-        cluster::containers::list(&e.docker)
-            .await
-            .expect("docker ps")
-    });
-    let names: Vec<&str> = left.iter().map(|c| c.name.as_str()).collect();
+    let names = k8s_containers(&rt);
     assert!(names.is_empty(), "containers left: {names:?}");
     // The logs stay for the reader of the error; `down` removes them.
     let o = cluster_cmd("down", &dir);
