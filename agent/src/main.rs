@@ -1,0 +1,382 @@
+//! fencecheck's in-pod fault agent (issue #20): the container's entry point, which
+//! runs the real program and pauses, resumes, kills or restarts it on the harness's
+//! command, and confirms each fault from `/proc`.
+//!
+//! - `fencecheck-agent run -- PROG ARGS...` (PID 1 of the container): starts PROG in
+//!   its own process group, forwards SIGTERM/SIGINT to that group, reaps every
+//!   zombie, exits with PROG's status when PROG exits on its own, and answers
+//!   one-line commands on a unix socket (`/fencecheck-agent.sock`, or
+//!   `$FENCECHECK_AGENT_SOCKET`).
+//! - `fencecheck-agent ctl CMD`: sends CMD to that socket and prints the one-line
+//!   JSON answer; exit 0 on ok, 1 on a refused command, 2 on bad usage or no agent.
+//!
+//! Commands: `stop` (SIGSTOP the group), `cont` (SIGCONT), `kill` (SIGKILL the
+//! group; not restarted by the agent), `start` (PROG again after a kill), `state`.
+//! Each answer is the state read back from `/proc/PID/stat` after acting:
+//! `{"pid":12,"state":"T"}`, or `{"running":false}`; a refusal is
+//! `{"error":"..."}`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the agent listens in the container's filesystem.
+const DEFAULT_SOCKET: &str = "/fencecheck-agent.sock";
+/// Overrides [`DEFAULT_SOCKET`] (tests run several agents on one machine).
+const SOCKET_ENV: &str = "FENCECHECK_AGENT_SOCKET";
+/// How long a command waits to see its effect in `/proc` before it says it failed.
+const CONFIRM: Duration = Duration::from_secs(5);
+/// The interval of that poll.
+const POLL: Duration = Duration::from_millis(2);
+
+fn socket_path() -> String {
+    std::env::var(SOCKET_ENV).unwrap_or_else(|_| DEFAULT_SOCKET.to_string())
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: fencecheck-agent run -- PROG [ARGS...]\n       \
+         fencecheck-agent ctl stop|cont|kill|start|state"
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("run") => {
+            let prog = match args.get(1).map(String::as_str) {
+                Some("--") => args[2..].to_vec(),
+                _ => args[1..].to_vec(),
+            };
+            if prog.is_empty() {
+                usage();
+            }
+            match run(prog) {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    eprintln!("fencecheck-agent: {e}");
+                    std::process::exit(2)
+                }
+            }
+        }
+        Some("ctl") if args.len() == 2 => std::process::exit(ctl(&args[1])),
+        _ => usage(),
+    }
+}
+
+/// `ctl CMD`: one request, one answer line.
+fn ctl(cmd: &str) -> i32 {
+    let path = socket_path();
+    let answer = (|| -> std::io::Result<String> {
+        let mut s = UnixStream::connect(&path)?;
+        s.set_read_timeout(Some(CONFIRM + Duration::from_secs(5)))?;
+        s.write_all(format!("{cmd}\n").as_bytes())?;
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line)?;
+        Ok(line.trim_end().to_string())
+    })();
+    match answer {
+        Ok(a) if a.is_empty() => {
+            eprintln!("fencecheck-agent ctl: the agent at {path} closed without answering");
+            2
+        }
+        Ok(a) => {
+            println!("{a}");
+            if a.starts_with("{\"error\"") {
+                eprintln!("fencecheck-agent ctl: {cmd} refused");
+                1
+            } else {
+                0
+            }
+        }
+        Err(e) => {
+            eprintln!("fencecheck-agent ctl: cannot talk to the agent at {path}: {e}");
+            2
+        }
+    }
+}
+
+/// What the agent knows of its child.
+struct Child {
+    prog: Vec<String>,
+    /// The running child's pid (its process group's id too), if any.
+    pid: Option<i32>,
+    /// The pid the agent killed on command: its exit is expected, not the end.
+    killed: Option<i32>,
+    /// SIGTERM/SIGINT came: the agent ends when the child does.
+    terminating: bool,
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// The signals the agent handles itself, on one thread with `sigwait`.
+fn handled() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+fn spawn(prog: &[String]) -> std::io::Result<i32> {
+    let set = handled();
+    let mut cmd = Command::new(&prog[0]);
+    cmd.args(&prog[1..]).process_group(0);
+    // The signals the agent blocks for `sigwait` would stay blocked in the child
+    // (std's spawn keeps the mask): unblocked between fork and exec. The handlers
+    // go back to the default by themselves at exec.
+    // SAFETY: pthread_sigmask is async-signal-safe; `set` is a copied value.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::other("cannot unblock signals"));
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    // Dropping a std Child neither waits nor kills: the signal thread reaps it.
+    Ok(child.id() as i32)
+}
+
+fn run(prog: Vec<String>) -> Result<i32, String> {
+    let set = handled();
+    // Blocked in this thread before any other exists, so every thread inherits
+    // it and only `sigwait` below takes these signals. A handler (not SIG_DFL)
+    // as well: the kernel drops a default-action signal sent to a namespace's
+    // PID 1.
+    // SAFETY: installing a no-op handler and blocking signals for this thread.
+    unsafe {
+        for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
+            libc::signal(
+                sig,
+                ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(format!("cannot block signals: {}", errno()));
+        }
+    }
+    let path = socket_path();
+    // A socket file left by an earlier agent in the same filesystem.
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        UnixListener::bind(&path).map_err(|e| format!("cannot listen on {path}: {e}"))?;
+    let pid = spawn(&prog).map_err(|e| format!("cannot start {}: {e}", prog[0]))?;
+    let child = Arc::new(Mutex::new(Child {
+        prog,
+        pid: Some(pid),
+        killed: None,
+        terminating: false,
+    }));
+    {
+        let child = Arc::clone(&child);
+        std::thread::spawn(move || serve(listener, child));
+    }
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: set is initialised; sig is a valid out pointer.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            return Err(format!("sigwait: {}", errno()));
+        }
+        match sig {
+            libc::SIGCHLD => {
+                if let Some(code) = reap(&child) {
+                    let _ = std::fs::remove_file(&path);
+                    return Ok(code);
+                }
+            }
+            _ => {
+                let mut c = lock(&child);
+                c.terminating = true;
+                match c.pid {
+                    // SAFETY: signalling the child's process group.
+                    Some(p) => unsafe {
+                        libc::kill(-p, sig);
+                        // A stopped group would never see it.
+                        libc::kill(-p, libc::SIGCONT);
+                    },
+                    None => {
+                        let _ = std::fs::remove_file(&path);
+                        return Ok(128 + sig);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+    // A poisoned lock still holds consistent plain data.
+    child.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reaps every exited child (the agent is PID 1: orphans are its to reap). Returns
+/// the agent's exit code when its child exited on its own (or after SIGTERM).
+fn reap(child: &Mutex<Child>) -> Option<i32> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid with a valid out pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return None;
+        }
+        let mut c = lock(child);
+        if c.pid != Some(pid) {
+            continue;
+        }
+        c.pid = None;
+        if c.killed == Some(pid) && !c.terminating {
+            continue;
+        }
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else if libc::WIFSIGNALED(status) {
+            128 + libc::WTERMSIG(status)
+        } else {
+            1
+        };
+        return Some(code);
+    }
+}
+
+/// The state letter of `/proc/PID/stat` (after the command name, which may hold
+/// spaces and parentheses), or None when the process is gone.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+fn serve(listener: UnixListener, child: Arc<Mutex<Child>>) {
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let mut line = String::new();
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let read = BufReader::new((&conn).take(4096)).read_line(&mut line);
+        let answer = match read {
+            Ok(_) => command(line.trim(), &child),
+            Err(e) => error(&format!("cannot read the command: {e}")),
+        };
+        let _ = conn.write_all(format!("{answer}\n").as_bytes());
+    }
+}
+
+fn escape(s: &str) -> String {
+    let mut o = String::new();
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn error(msg: &str) -> String {
+    format!("{{\"error\":\"{}\"}}", escape(msg))
+}
+
+fn running(pid: i32, state: char) -> String {
+    format!("{{\"pid\":{pid},\"state\":\"{state}\"}}")
+}
+
+/// Polls `/proc/PID/stat` until `ok` holds of its state (None: gone), up to
+/// [`CONFIRM`]; returns the last state seen and whether `ok` held.
+fn confirm(pid: i32, ok: impl Fn(Option<char>) -> bool) -> (Option<char>, bool) {
+    let until = Instant::now() + CONFIRM;
+    loop {
+        let s = proc_state(pid);
+        if ok(s) {
+            return (s, true);
+        }
+        if Instant::now() >= until {
+            return (s, false);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn signal_group(pid: i32, sig: libc::c_int) -> Result<(), String> {
+    // SAFETY: kill(2) on the child's process group.
+    if unsafe { libc::kill(-pid, sig) } != 0 {
+        return Err(format!("cannot signal process group {pid}: {}", errno()));
+    }
+    Ok(())
+}
+
+fn command(cmd: &str, child: &Mutex<Child>) -> String {
+    let pid = lock(child).pid;
+    match (cmd, pid) {
+        ("state", None) => "{\"running\":false}".to_string(),
+        ("state", Some(p)) => match proc_state(p) {
+            Some(s) => running(p, s),
+            None => error(&format!("pid {p} has no /proc entry")),
+        },
+        ("stop" | "cont" | "kill", None) => error(&format!("{cmd}: not running")),
+        ("stop", Some(p)) => {
+            if let Err(e) = signal_group(p, libc::SIGSTOP) {
+                return error(&e);
+            }
+            match confirm(p, |s| matches!(s, Some('T' | 't'))) {
+                (Some(s), true) => running(p, s),
+                (s, _) => error(&format!("stop: pid {p} state {s:?} after {CONFIRM:?}")),
+            }
+        }
+        ("cont", Some(p)) => {
+            if let Err(e) = signal_group(p, libc::SIGCONT) {
+                return error(&e);
+            }
+            match confirm(p, |s| matches!(s, Some(c) if c != 'T' && c != 't')) {
+                (Some(s), true) => running(p, s),
+                (s, _) => error(&format!("cont: pid {p} state {s:?} after {CONFIRM:?}")),
+            }
+        }
+        ("kill", Some(p)) => {
+            lock(child).killed = Some(p);
+            if let Err(e) = signal_group(p, libc::SIGKILL) {
+                return error(&e);
+            }
+            // Gone from /proc: dead and reaped by the signal thread.
+            match confirm(p, |s| s.is_none()) {
+                (_, true) => "{\"running\":false}".to_string(),
+                (s, false) => error(&format!(
+                    "kill: pid {p} still there ({s:?}) after {CONFIRM:?}"
+                )),
+            }
+        }
+        ("start", Some(p)) => error(&format!("start: already running as pid {p}")),
+        ("start", None) => {
+            let mut c = lock(child);
+            let new = match spawn(&c.prog) {
+                Ok(n) => n,
+                Err(e) => return error(&format!("cannot start {}: {e}", c.prog[0])),
+            };
+            c.pid = Some(new);
+            drop(c);
+            // Started: its /proc entry, in a state other than a zombie's.
+            match confirm(new, |s| matches!(s, Some(c) if c != 'Z' && c != 'X')) {
+                (Some(s), true) => running(new, s),
+                (s, _) => error(&format!("start: pid {new} state {s:?}")),
+            }
+        }
+        _ => error(&format!(
+            "unknown command {cmd:?} (stop, cont, kill, start, state)"
+        )),
+    }
+}

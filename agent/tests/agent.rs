@@ -1,0 +1,179 @@
+//! The agent with real processes and real signals: `run -- /bin/sleep 1000` with
+//! its socket in a temporary directory, driven by `ctl` as the harness drives it
+//! in a pod, every answer checked against `/proc` independently.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencecheck-agent");
+
+/// The agent process, killed (and its child group) when the test ends.
+struct Agent {
+    child: Child,
+    sock: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(p) = pid_of(&ctl(&self.sock, "state")) {
+            // SAFETY: killing the test's own sleep process group.
+            unsafe { libc::kill(-p, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(prog: &[&str]) -> Agent {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let sock = tmp.path().join("agent.sock");
+    let child = Command::new(BIN)
+        .arg("run")
+        .arg("--")
+        .args(prog)
+        .env("FENCECHECK_AGENT_SOCKET", &sock)
+        .spawn()
+        .expect("start the agent");
+    let a = Agent {
+        child,
+        sock,
+        _tmp: tmp,
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while ctl(&a.sock, "state").status.code() != Some(0) {
+        assert!(
+            Instant::now() < until,
+            "the agent did not answer within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a
+}
+
+fn ctl(sock: &Path, cmd: &str) -> Output {
+    Command::new(BIN)
+        .args(["ctl", cmd])
+        .env("FENCECHECK_AGENT_SOCKET", sock)
+        .output()
+        .expect("run ctl")
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn pid_of(o: &Output) -> Option<i32> {
+    let s = out(o);
+    let rest = s.split("\"pid\":").nth(1)?;
+    rest.split(',').next()?.parse().ok()
+}
+
+fn state_of(o: &Output) -> Option<char> {
+    out(o).split("\"state\":\"").nth(1)?.chars().next()
+}
+
+/// The state letter /proc gives, read here, not by the agent.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+fn ok(sock: &Path, cmd: &str) -> Output {
+    let o = ctl(sock, cmd);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "ctl {cmd}: {} {}",
+        out(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+fn stop_cont_kill_start_are_confirmed_from_proc() {
+    let a = start(&["/bin/sleep", "1000"]);
+    let s = ok(&a.sock, "state");
+    let pid = pid_of(&s).expect("pid");
+    assert!(matches!(state_of(&s), Some('S' | 'R')), "{}", out(&s));
+    // Its own process group, led by itself.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let pgrp: i32 = stat[stat.rfind(')').expect(")") + 1..]
+        .split_whitespace()
+        .nth(2)
+        .expect("pgrp")
+        .parse()
+        .expect("pgrp");
+    assert_eq!(pgrp, pid);
+
+    let o = ok(&a.sock, "stop");
+    assert_eq!(out(&o), format!("{{\"pid\":{pid},\"state\":\"T\"}}"));
+    assert_eq!(proc_state(pid), Some('T'));
+    assert_eq!(state_of(&ok(&a.sock, "state")), Some('T'));
+
+    let o = ok(&a.sock, "cont");
+    assert!(matches!(state_of(&o), Some('S' | 'R')), "{}", out(&o));
+    assert!(matches!(proc_state(pid), Some('S' | 'R')));
+
+    let o = ok(&a.sock, "kill");
+    assert_eq!(out(&o), "{\"running\":false}");
+    assert_eq!(proc_state(pid), None, "pid {pid} still in /proc");
+    assert_eq!(out(&ok(&a.sock, "state")), "{\"running\":false}");
+    // Not restarted by the agent, which stays up.
+    let o = ctl(&a.sock, "stop");
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+
+    let o = ok(&a.sock, "start");
+    let new = pid_of(&o).expect("new pid");
+    assert_ne!(new, pid);
+    assert!(matches!(proc_state(new), Some('S' | 'R')));
+    let o = ctl(&a.sock, "start");
+    assert_eq!(o.status.code(), Some(1), "start while running: {}", out(&o));
+}
+
+#[test]
+fn a_bad_command_is_refused_with_a_message() {
+    let a = start(&["/bin/sleep", "1000"]);
+    let o = ctl(&a.sock, "explode");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out(&o).contains("unknown command"), "{}", out(&o));
+    let o = Command::new(BIN).arg("ctl").output().expect("ctl");
+    assert_eq!(o.status.code(), Some(2));
+    let o = Command::new(BIN)
+        .args(["ctl", "state"])
+        .env("FENCECHECK_AGENT_SOCKET", "/nonexistent/agent.sock")
+        .output()
+        .expect("ctl");
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn exits_with_the_childs_status_and_forwards_sigterm() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let sock = tmp.path().join("s");
+    let st = Command::new(BIN)
+        .args(["run", "--", "/bin/sh", "-c", "exit 7"])
+        .env("FENCECHECK_AGENT_SOCKET", &sock)
+        .status()
+        .expect("agent");
+    assert_eq!(st.code(), Some(7));
+
+    let b = start(&["/bin/sleep", "1000"]);
+    let pid = pid_of(&ok(&b.sock, "state")).expect("pid");
+    // SAFETY: SIGTERM to the agent this test started.
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGTERM) };
+    let mut b = b;
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = b.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the agent did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // sleep died of the forwarded SIGTERM: 128 + 15.
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(proc_state(pid), None);
+}
