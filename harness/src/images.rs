@@ -31,6 +31,7 @@ use crate::systems::members::Deploy;
 
 pub const STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/storage.Dockerfile");
 pub const REAPER_DOCKERFILE: &str = include_str!("../../ci/images/reaper.Dockerfile");
+pub const AGENT_STORAGE_DOCKERFILE: &str = include_str!("../../ci/images/agent-storage.Dockerfile");
 
 /// Label on every image fencecheck builds (`fencecheck clean --images` removes them).
 pub const IMAGE_LABEL: &str = "fencecheck.image";
@@ -138,6 +139,25 @@ pub async fn reaper_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> 
         say,
     )
     .await
+}
+
+/// The storage behind the in-pod fault agent (`agent/`, issue #20), tagged
+/// `fencecheck/agent-storage:<hash>`: both static binaries, the agent the entry
+/// point (`run -- /fencecheck-storage`), the storage's flags the container's args.
+pub async fn agent_storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+    let mut files = BTreeMap::new();
+    for package in ["fencecheck-agent", "fencecheck-storage"] {
+        let bin = tokio::task::block_in_place(|| static_binary(package, say))?;
+        let bytes =
+            std::fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
+        files.insert(package.to_string(), (0o755, bytes));
+    }
+    let ctx = BuildContext {
+        dockerfile: AGENT_STORAGE_DOCKERFILE,
+        files,
+    };
+    let tag = format!("fencecheck/agent-storage:{}", ctx.hash());
+    ensure(docker, &tag, "agent-storage", &ctx, say).await
 }
 
 /// The pod sandbox image of the local Kubernetes cluster (`fencecheck cluster

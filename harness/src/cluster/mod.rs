@@ -14,6 +14,7 @@ pub mod api;
 pub mod certs;
 pub mod containers;
 mod down;
+pub mod exec;
 pub mod kubelet;
 pub mod process;
 pub mod state;

@@ -1,0 +1,254 @@
+//! The in-pod fault agent (issue #20) end to end on the local cluster: `fencecheck
+//! cluster up` in a temporary state directory; a pod of the agent-storage image
+//! (the agent as entry point, running fencecheck's storage) is Running and its
+//! storage answers; through the API server's exec, `fencecheck-agent ctl stop`
+//! freezes it (state T, said by the agent and by an independent `ctl state`, and
+//! the storage stops answering), `cont` resumes it, `kill` ends it (port closed,
+//! the agent stays), `start` runs it again (a new pid, answering); `cluster down`
+//! leaves no container, process or state behind.
+//!
+//! Skipped (one line) only where no Docker engine answers and
+//! FENCECHECK_REQUIRE_DOCKER is unset.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+
+use fencecheck::cluster;
+
+const POD: &str = "agent-probe";
+const CONTAINER: &str = "storage";
+
+/// Runs `cluster down` on the state directory when dropped.
+struct DownOnDrop {
+    dir: PathBuf,
+    armed: bool,
+}
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let o = bin()
+                .args(["cluster", "down", "--dir"])
+                .arg(&self.dir)
+                .output();
+            eprintln!("guard: cluster down: {o:?}");
+        }
+    }
+}
+
+fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
+    bin()
+        .args(["cluster", action, "--dir"])
+        .arg(dir)
+        .output()
+        .expect("run fencecheck cluster")
+}
+
+#[test]
+fn the_agent_stops_resumes_kills_and_restarts_the_storage_in_a_pod() {
+    if !docker::docker_or_skip("k8s_agent") {
+        return;
+    }
+    let _one = serial();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cluster");
+    let mut guard = DownOnDrop {
+        dir: dir.clone(),
+        armed: true,
+    };
+    let o = cluster_cmd("up", &dir);
+    assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let port = rt.block_on(drive(&dir.join("kubeconfig")));
+
+    let o = cluster_cmd("down", &dir);
+    assert_eq!(o.status.code(), Some(0), "cluster down: {}", explain(&o));
+    guard.armed = false;
+    let down = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        down.contains(&format!("k8s_{CONTAINER}_{POD}_default_")),
+        "{down}"
+    );
+    let left = rt.block_on(async {
+        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
+            .await
+            .expect("engine");
+        cluster::containers::list(&e.docker)
+            .await
+            .expect("docker ps")
+    });
+    let names: Vec<String> = left.into_iter().map(|c| c.name).collect();
+    assert!(names.is_empty(), "containers left: {names:?}");
+    assert_nothing_left(&dir);
+    assert!(!dir.exists(), "{} still there", dir.display());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the pod's storage still answers on {port}"
+    );
+}
+
+/// Whether the storage answers `/health` within 500 ms.
+async fn answers(http: &reqwest::Client, port: u16) -> bool {
+    match http
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+    {
+        Ok(r) => r.text().await.map(|t| t == "ok").unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Polls `f` until it holds, up to `secs`; panics naming `what` otherwise.
+async fn within<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(secs);
+    let t = Instant::now();
+    while !f().await {
+        assert!(Instant::now() < until, "{what}: not within {secs} s");
+        // The poll's interval, not a wait for readiness.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("{what}: {} ms", t.elapsed().as_millis());
+}
+
+fn field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let rest = json.split(&format!("\"{key}\":")).nth(1)?;
+    Some(rest.split([',', '}']).next()?.trim_matches('"'))
+}
+
+async fn drive(kubeconfig: &Path) -> u16 {
+    let say = |m: &str| eprintln!("· {m}");
+    let engine = fencecheck::backend::docker::engine(Duration::from_secs(10))
+        .await
+        .expect("engine");
+    let image = fencecheck::images::agent_storage_image(&engine.docker, &say)
+        .await
+        .expect("agent-storage image");
+    let port = fencecheck::proc::free_port("127.0.0.1").expect("port");
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(cluster::NODE.into()),
+            host_network: Some(true),
+            automount_service_account_token: Some(false),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(image.tag.clone()),
+                image_pull_policy: Some("Never".into()),
+                args: Some(vec![
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--log".into(),
+                    "/storage.jsonl".into(),
+                ]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let client = cluster::api::client(kubeconfig).await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .expect("http");
+    within(120, "pod Running and the storage answering", || async {
+        let p = pods.get(POD).await.expect("get pod");
+        let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+        assert_ne!(phase, "Failed");
+        phase == "Running" && answers(&http, port).await
+    })
+    .await;
+
+    let mut times: Vec<Duration> = Vec::new();
+    let mut ctl = async |cmd: &str| -> (i32, String) {
+        let t = Instant::now();
+        let e = cluster::exec::exec(&pods, POD, CONTAINER, &["/fencecheck-agent", "ctl", cmd])
+            .await
+            .expect("exec through the API server");
+        times.push(t.elapsed());
+        eprintln!(
+            "ctl {cmd}: {} -> {} {}",
+            e.code,
+            e.stdout.trim(),
+            e.stderr.trim()
+        );
+        (e.code, e.stdout.trim().to_string())
+    };
+
+    let (code, s) = ctl("state").await;
+    assert_eq!(code, 0, "{s}");
+    let pid = field(&s, "pid").expect("pid").to_string();
+    assert!(matches!(field(&s, "state"), Some("S" | "R")), "{s}");
+
+    // stop: T in the answer and in an independent read; the storage frozen.
+    let (code, s) = ctl("stop").await;
+    assert_eq!(code, 0, "{s}");
+    assert_eq!(s, format!("{{\"pid\":{pid},\"state\":\"T\"}}"));
+    let (code, s) = ctl("state").await;
+    assert_eq!((code, field(&s, "state")), (0, Some("T")), "{s}");
+    within(10, "stopped storage silent", || async {
+        !answers(&http, port).await
+    })
+    .await;
+
+    // cont: running again, answering.
+    let (code, s) = ctl("cont").await;
+    assert_eq!(code, 0, "{s}");
+    assert!(matches!(field(&s, "state"), Some("S" | "R")), "{s}");
+    within(10, "resumed storage answering", || answers(&http, port)).await;
+
+    // kill: gone, its port closed; the agent (and so the pod) stays.
+    let (code, s) = ctl("kill").await;
+    assert_eq!((code, s.as_str()), (0, "{\"running\":false}"));
+    within(10, "killed storage's port closed", || async {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+    })
+    .await;
+    let (code, s) = ctl("state").await;
+    assert_eq!((code, s.as_str()), (0, "{\"running\":false}"));
+    let (code, s) = ctl("stop").await;
+    assert_eq!(code, 1, "stop with nothing running: {s}");
+
+    // start: a new pid, answering again.
+    let (code, s) = ctl("start").await;
+    assert_eq!(code, 0, "{s}");
+    let new = field(&s, "pid").expect("pid").to_string();
+    assert_ne!(new, pid);
+    within(10, "restarted storage answering", || answers(&http, port)).await;
+    let p = pods.get(POD).await.expect("get pod");
+    let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+    assert_eq!(phase, "Running");
+
+    times.sort();
+    eprintln!(
+        "exec round trip through the API server ({} ctl calls): min {} ms, median {} ms, max {} ms",
+        times.len(),
+        times[0].as_millis(),
+        times[times.len() / 2].as_millis(),
+        times[times.len() - 1].as_millis()
+    );
+    port
+}
