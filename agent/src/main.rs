@@ -170,6 +170,12 @@ fn run(prog: Vec<String>) -> Result<i32, String> {
             return Err(format!("cannot block signals: {}", errno()));
         }
     }
+    // Orphans of PROG's come to the agent to reap even when it is not PID 1 (a
+    // sidecar, a test): it is their subreaper.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
     let path = socket_path();
     // A socket file left by an earlier agent in the same filesystem.
     let _ = std::fs::remove_file(&path);

@@ -177,3 +177,50 @@ fn exits_with_the_childs_status_and_forwards_sigterm() {
     assert_eq!(status.code(), Some(143));
     assert_eq!(proc_state(pid), None);
 }
+
+/// The children of `parent`, with their state letters, from /proc.
+fn children(parent: u32) -> Vec<(i32, char)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(i) = stat.rfind(')') else { continue };
+        let mut f = stat[i + 1..].split_whitespace();
+        let state = f.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        if f.next().and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push((pid, state));
+        }
+    }
+    out
+}
+
+#[test]
+fn orphans_come_to_the_agent_and_are_reaped() {
+    // The subshell starts a sleep and exits: the orphaned sleep is reparented to
+    // the agent (its subreaper here, as PID 1 in a pod) and must not stay a zombie.
+    let a = start(&["/bin/sh", "-c", "(sleep 0.3 &); exec sleep 1000"]);
+    let agent = a.child.id();
+    let main = pid_of(&ok(&a.sock, "state")).expect("pid");
+    let until = Instant::now() + Duration::from_secs(10);
+    let orphan = loop {
+        if let Some(&(p, _)) = children(agent).iter().find(|(p, _)| *p != main) {
+            break p;
+        }
+        assert!(Instant::now() < until, "no orphan reached the agent");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    while proc_state(orphan).is_some() {
+        assert!(
+            Instant::now() < until,
+            "orphan {orphan} not reaped: {:?}",
+            proc_state(orphan)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let left: Vec<i32> = children(agent).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(left, vec![main]);
+}
