@@ -12,9 +12,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::cluster::*;
 use common::*;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -25,50 +26,16 @@ use fencecheck::cluster;
 const POD: &str = "agent-probe";
 const CONTAINER: &str = "storage";
 
-/// Runs `cluster down` on the state directory when dropped.
-struct DownOnDrop {
-    dir: PathBuf,
-    armed: bool,
-}
-
-impl Drop for DownOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            let o = bin()
-                .args(["cluster", "down", "--dir"])
-                .arg(&self.dir)
-                .output();
-            eprintln!("guard: cluster down: {o:?}");
-        }
-    }
-}
-
-fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
-    bin()
-        .args(["cluster", action, "--dir"])
-        .arg(dir)
-        .output()
-        .expect("run fencecheck cluster")
-}
-
 #[test]
 fn the_agent_stops_resumes_kills_and_restarts_the_storage_in_a_pod() {
     if !docker::docker_or_skip("k8s_agent") {
         return;
     }
     let _one = serial();
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("cluster");
-    let mut guard = DownOnDrop {
-        dir: dir.clone(),
-        armed: true,
-    };
+    let (_tmp, dir, mut guard) = state_dir();
     let o = cluster_cmd("up", &dir);
     assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let port = rt.block_on(drive(&dir.join("kubeconfig")));
 
     let o = cluster_cmd("down", &dir);
@@ -79,15 +46,7 @@ fn the_agent_stops_resumes_kills_and_restarts_the_storage_in_a_pod() {
         down.contains(&format!("k8s_{CONTAINER}_{POD}_default_")),
         "{down}"
     );
-    let left = rt.block_on(async {
-        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
-            .await
-            .expect("engine");
-        cluster::containers::list(&e.docker)
-            .await
-            .expect("docker ps")
-    });
-    let names: Vec<String> = left.into_iter().map(|c| c.name).collect();
+    let names = k8s_containers(&rt);
     assert!(names.is_empty(), "containers left: {names:?}");
     assert_nothing_left(&dir);
     assert!(!dir.exists(), "{} still there", dir.display());

@@ -11,9 +11,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::cluster::*;
 use common::*;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -22,64 +23,6 @@ use kube::api::{Api, LogParams, PostParams};
 use fencecheck::cluster;
 use fencecheck::scenario::EtcdVersion;
 use fencecheck::systems::etcd::members::EtcdDeploy;
-
-/// Runs `cluster down` on the state directory when dropped, so a failed
-/// assertion or a panic leaves nothing running.
-struct DownOnDrop {
-    dir: PathBuf,
-    armed: bool,
-}
-
-impl Drop for DownOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            let o = bin()
-                .args(["cluster", "down", "--dir"])
-                .arg(&self.dir)
-                .output();
-            eprintln!("guard: cluster down: {o:?}");
-        }
-    }
-}
-
-fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
-    bin()
-        .args(["cluster", action, "--dir"])
-        .arg(dir)
-        .output()
-        .expect("run fencecheck cluster")
-}
-
-/// A temporary state directory and the guard that runs `down` on it.
-fn state_dir() -> (tempfile::TempDir, PathBuf, DownOnDrop) {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("cluster");
-    let guard = DownOnDrop {
-        dir: dir.clone(),
-        armed: true,
-    };
-    (tmp, dir, guard)
-}
-
-/// The `k8s_*` containers on the engine (the local cluster's pods).
-fn k8s_containers(rt: &tokio::runtime::Runtime) -> Vec<String> {
-    let left = rt.block_on(async {
-        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
-            .await
-            .expect("engine");
-        cluster::containers::list(&e.docker)
-            .await
-            .expect("docker ps")
-    });
-    left.into_iter().map(|c| c.name).collect()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 #[test]
 fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {

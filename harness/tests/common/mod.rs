@@ -2,6 +2,7 @@
 //! and look at the machine's process table for anything a run left behind.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod docker;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,68 @@
+//! Shared by the local-cluster test files (`k8s_cluster`, `k8s_agent`): a
+//! temporary state directory with a guard that runs `cluster down` on it (so a
+//! failed assertion or a panic leaves nothing running), `fencecheck cluster …`,
+//! and the `k8s_*` containers left on the engine.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::bin;
+
+/// Runs `cluster down` on the state directory when dropped, unless disarmed.
+pub struct DownOnDrop {
+    pub dir: PathBuf,
+    pub armed: bool,
+}
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let o = bin()
+                .args(["cluster", "down", "--dir"])
+                .arg(&self.dir)
+                .output();
+            eprintln!("guard: cluster down: {o:?}");
+        }
+    }
+}
+
+/// A temporary state directory and the guard that runs `down` on it. Bind all
+/// three (`let (_tmp, dir, mut guard) = …`): the guard, bound last, is dropped
+/// first, before the directory goes.
+pub fn state_dir() -> (tempfile::TempDir, PathBuf, DownOnDrop) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cluster");
+    let guard = DownOnDrop {
+        dir: dir.clone(),
+        armed: true,
+    };
+    (tmp, dir, guard)
+}
+
+pub fn cluster_cmd(action: &str, dir: &Path) -> std::process::Output {
+    bin()
+        .args(["cluster", action, "--dir"])
+        .arg(dir)
+        .output()
+        .expect("run fencecheck cluster")
+}
+
+/// The `k8s_*` containers on the engine (the local cluster's pods).
+pub fn k8s_containers(rt: &tokio::runtime::Runtime) -> Vec<String> {
+    let left = rt.block_on(async {
+        let e = fencecheck::backend::docker::engine(Duration::from_secs(10))
+            .await
+            .expect("engine");
+        fencecheck::cluster::containers::list(&e.docker)
+            .await
+            .expect("docker ps")
+    });
+    left.into_iter().map(|c| c.name).collect()
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
