@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, PostParams};
 
 use fencecheck::cluster;
@@ -98,32 +97,20 @@ async fn drive(kubeconfig: &Path) -> u16 {
         .await
         .expect("agent-storage image");
     let port = fencecheck::proc::free_port("127.0.0.1").expect("port");
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            namespace: Some("default".into()),
+    let pod = local_pod(
+        POD,
+        Container {
+            name: CONTAINER.into(),
+            args: Some(vec![
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--log".into(),
+                "/storage.jsonl".into(),
+            ]),
             ..Default::default()
         },
-        spec: Some(PodSpec {
-            node_name: Some(cluster::NODE.into()),
-            host_network: Some(true),
-            automount_service_account_token: Some(false),
-            containers: vec![Container {
-                name: CONTAINER.into(),
-                image: Some(image.tag.clone()),
-                image_pull_policy: Some("Never".into()),
-                args: Some(vec![
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--log".into(),
-                    "/storage.jsonl".into(),
-                ]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+        &image.tag,
+    );
     let client = cluster::api::client(kubeconfig).await.expect("client");
     let pods: Api<Pod> = Api::namespaced(client, "default");
     pods.create(&PostParams::default(), &pod)

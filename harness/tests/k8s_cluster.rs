@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, LogParams, PostParams};
 
 use fencecheck::cluster;
@@ -125,27 +124,15 @@ async fn run_etcd_pod(kubeconfig: &Path) -> u16 {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some("etcd-probe".into()),
-            namespace: Some("default".into()),
+    let pod = local_pod(
+        "etcd-probe",
+        Container {
+            name: "etcd".into(),
+            command: Some(command),
             ..Default::default()
         },
-        spec: Some(PodSpec {
-            node_name: Some(cluster::NODE.into()),
-            host_network: Some(true),
-            automount_service_account_token: Some(false),
-            containers: vec![Container {
-                name: "etcd".into(),
-                image: Some(image.tag.clone()),
-                image_pull_policy: Some("Never".into()),
-                command: Some(command),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+        &image.tag,
+    );
     let client = cluster::api::client(kubeconfig).await.expect("client");
     let pods: Api<Pod> = Api::namespaced(client, "default");
     pods.create(&PostParams::default(), &pod)

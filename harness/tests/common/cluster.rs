@@ -66,3 +66,33 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// A pod as the local cluster runs one: on its one node (no scheduler), on the
+/// host's network, from a local image only, with no service-account token
+/// (nothing makes tokens without a controller-manager). `container` is what the
+/// caller fills in beyond its name and image (command, args).
+pub fn local_pod(
+    name: &str,
+    mut container: k8s_openapi::api::core::v1::Container,
+    image: &str,
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    container.image = Some(image.into());
+    container.image_pull_policy = Some("Never".into());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(fencecheck::cluster::NODE.into()),
+            host_network: Some(true),
+            automount_service_account_token: Some(false),
+            containers: vec![container],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
