@@ -55,7 +55,7 @@ enum Command {
         file: PathBuf,
         #[arg(long)]
         seed: Option<u64>,
-        /// auto | process | docker
+        /// auto | process | docker | kubernetes
         #[arg(long)]
         backend: Option<BackendKind>,
         /// Override the scenario's duration (e.g. 30s).

@@ -160,6 +160,20 @@ pub async fn agent_storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<
     ensure(docker, &tag, "agent-storage", &ctx, say).await
 }
 
+/// A lock system's image for the kubernetes backend
+/// (`fencecheck/<name>-pod:<version>-<hash>`): the system image's files and the
+/// static in-pod agent (`agent/`) at `/fencecheck-agent`, which the pod runs as
+/// its entry point with the member's program under it.
+pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str)) -> Result<Image> {
+    let mut ctx = tokio::task::block_in_place(|| deploy.image())?;
+    let agent = tokio::task::block_in_place(|| static_binary("fencecheck-agent", say))?;
+    let bytes = std::fs::read(&agent).with_context(|| format!("cannot read {}", agent.display()))?;
+    ctx.files.insert("rootfs/fencecheck-agent".into(), (0o755, bytes));
+    let name = deploy.image_name();
+    let tag = format!("fencecheck/{name}-pod:{}-{}", deploy.version(), ctx.hash());
+    ensure(docker, &tag, name, &ctx, say).await
+}
+
 /// The pod sandbox image of the local Kubernetes cluster (`fencecheck cluster
 /// up`): kubelet's `--pod-infra-container-image`, which it would otherwise pull
 /// from a registry. It holds `bin`, the tree's `build/pause/linux/pause.c` built

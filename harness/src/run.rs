@@ -150,11 +150,7 @@ fn reproduce_command(scenario_path: &Path, s: &Scenario, seed: u64) -> String {
         scenario_path.display(),
         humantime::format_duration(s.duration),
         s.workload.workers,
-        match s.cluster.backend {
-            BackendKind::Auto => "auto",
-            BackendKind::Process => "process",
-            BackendKind::Docker => "docker",
-        }
+        s.cluster.backend.as_str()
     )
 }
 

@@ -52,12 +52,28 @@ pub fn docker() -> Caps {
     }
 }
 
+/// Pods on the harness's own node, on the host's network: every member link has
+/// a proxy of the harness's in front of it, as on the process backend; the
+/// in-pod agent pauses, kills and restarts; no clockshim in the images.
+pub fn kubernetes() -> Caps {
+    Caps {
+        pause: true,
+        kill: true,
+        restart: true,
+        cut_member_links: true,
+        slow_member_links: true,
+        peer_proxies: true,
+        step_clocks: false,
+    }
+}
+
 /// What `kind` can do; for `auto`, what either backend can (the run asks again
 /// once it has chosen).
 pub fn of(kind: BackendKind) -> Caps {
     match kind {
         BackendKind::Process => process(),
         BackendKind::Docker => docker(),
+        BackendKind::Kubernetes => kubernetes(),
         BackendKind::Auto => either(process(), docker()),
     }
 }
@@ -80,6 +96,7 @@ impl super::Backend {
         match self {
             super::Backend::Process(_) => process(),
             super::Backend::Docker(_) => docker(),
+            super::Backend::Kubernetes(_) => kubernetes(),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod caps;
 pub mod docker;
+pub mod kubernetes;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -48,6 +49,9 @@ pub struct Chosen {
     pub reason: String,
     /// The engine that answered, when the choice is docker.
     engine: Option<docker::Engine>,
+    /// The cluster that answered and allows what a run does, when the choice is
+    /// kubernetes.
+    cluster: Option<Box<kubernetes::connect::Cluster>>,
 }
 
 /// What `backend` means for this scenario: `auto` is docker when an engine
@@ -59,13 +63,27 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
         kind: BackendKind::Process,
         reason,
         engine: None,
+        cluster: None,
     };
     let docker = |engine: docker::Engine, reason: String| Chosen {
         kind: BackendKind::Docker,
         reason,
         engine: Some(engine),
+        cluster: None,
     };
     Ok(match scenario.cluster.backend {
+        BackendKind::Kubernetes => {
+            let c = kubernetes::connect::connect(scenario.cluster.kubeconfig.as_deref()).await?;
+            Chosen {
+                kind: BackendKind::Kubernetes,
+                reason: format!(
+                    "requested; API server {} ({}), kubeconfig from {}, node {}",
+                    c.server, c.version, c.source, c.node
+                ),
+                engine: None,
+                cluster: Some(Box::new(c)),
+            }
+        }
         BackendKind::Process => process("requested".into()),
         BackendKind::Docker => {
             let engine = docker::engine(docker::ENGINE_TIMEOUT).await.map_err(|e| {
@@ -119,6 +137,7 @@ fn docker_refuses(scenario: &Scenario) -> Option<String> {
 pub enum Backend {
     Process(process::ProcessBackend),
     Docker(docker::DockerBackend),
+    Kubernetes(Box<kubernetes::KubernetesBackend>),
 }
 
 impl Backend {
@@ -131,6 +150,13 @@ impl Backend {
         run_dir: &Path,
         say: &dyn Fn(&str),
     ) -> Result<(Backend, Deployment)> {
+        if let Some(cluster) = chosen.cluster {
+            let (b, mut d) =
+                kubernetes::KubernetesBackend::start(*cluster, scenario, external, run_dir, say)
+                    .await?;
+            d.backend_reason = chosen.reason;
+            return Ok((Backend::Kubernetes(Box::new(b)), d));
+        }
         if let Some(engine) = chosen.engine {
             return Backend::start_docker(engine, chosen.reason, scenario, external, run_dir, say)
                 .await;
@@ -164,6 +190,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.pause(who),
             Backend::Docker(b) => b.pause(who).await,
+            Backend::Kubernetes(b) => b.pause(who).await,
         }
     }
 
@@ -174,6 +201,7 @@ impl Backend {
         match self {
             Backend::Process(_) => Ok(None),
             Backend::Docker(b) => b.is_paused(who).await.map(Some),
+            Backend::Kubernetes(b) => b.is_paused(who).await.map(Some),
         }
     }
 
@@ -181,6 +209,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.resume(who),
             Backend::Docker(b) => b.resume(who).await,
+            Backend::Kubernetes(b) => b.resume(who).await,
         }
     }
 
@@ -189,6 +218,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.kill_member(i).await,
             Backend::Docker(b) => b.kill_member(i).await,
+            Backend::Kubernetes(b) => b.kill_member(i).await,
         }
     }
 
@@ -197,6 +227,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.restart_member(i).await,
             Backend::Docker(b) => b.restart_member(i).await,
+            Backend::Kubernetes(b) => b.restart_member(i).await,
         }
     }
 
@@ -206,6 +237,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.kill_storage().await,
             Backend::Docker(b) => b.kill_storage().await,
+            Backend::Kubernetes(b) => b.kill_storage().await,
         }
     }
 
@@ -215,6 +247,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.restart_storage().await,
             Backend::Docker(b) => b.restart_storage().await,
+            Backend::Kubernetes(b) => b.restart_storage().await,
         }
     }
 
@@ -228,14 +261,17 @@ impl Backend {
         match self {
             Backend::Process(b) => b.step_clock(i, by),
             Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
+            Backend::Kubernetes(_) => {
+                bail!("the kubernetes backend cannot step a member's clock")
+            }
         }
     }
 
     pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
         match self {
-            Backend::Process(_) => {
+            Backend::Process(_) | Backend::Kubernetes(_) => {
                 let _ = (members, on);
-                bail!("the process backend isolates members through its peer proxies")
+                bail!("this backend isolates members through its peer proxies")
             }
             Backend::Docker(b) => b.isolate(members, on).await,
         }
@@ -247,6 +283,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.heal().await,
             Backend::Docker(b) => b.heal().await,
+            Backend::Kubernetes(b) => b.heal().await,
         }
     }
 
@@ -254,6 +291,7 @@ impl Backend {
         match self {
             Backend::Process(b) => b.stop().await,
             Backend::Docker(b) => b.stop().await,
+            Backend::Kubernetes(b) => b.stop().await,
         }
     }
 }

@@ -58,7 +58,7 @@ fn member_ip(i: usize) -> String {
 /// Where each member goes: its own loopback IP (client and peer ports on it), a
 /// proxy in front of each peer port (what it advertises), its data directory and
 /// its files in the run directory.
-async fn placements(
+pub(crate) async fn placements(
     n: usize,
     peer_ports: usize,
     run_dir: &Path,

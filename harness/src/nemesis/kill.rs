@@ -53,9 +53,16 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     let mut old = Vec::new();
     for k in &killed {
         let pid = pid_in(k.get("done"));
-        let seen_gone = match pid {
-            Some(pid) => Some(effect::gone(pid, effect::WITHIN).await),
-            None => None,
+        // A pid in a pod's own PID namespace is not this machine's: there the
+        // in-pod agent has read its /proc back already (`seen_gone`).
+        let agent_saw = k
+            .get("done")
+            .and_then(|d| d.get("seen_gone"))
+            .and_then(serde_json::Value::as_bool);
+        let seen_gone = match (agent_saw, pid) {
+            (Some(seen), _) => Some(seen),
+            (None, Some(pid)) => Some(effect::gone(pid, effect::WITHIN).await),
+            (None, None) => None,
         };
         old.push((who(k), pid, seen_gone));
     }
@@ -108,10 +115,11 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
 }
 
 /// The pid a backend's answer names: `pid` (a process, a container's main
-/// process) or `process_group` (PostgreSQL's postmaster and its backends).
+/// process), `process_group` (PostgreSQL's postmaster and its backends) or
+/// `pod_pid` (a process in a pod, as its agent sees it: not a pid of this machine).
 fn pid_in(what: Option<&serde_json::Value>) -> Option<u32> {
     let what = what?;
-    ["pid", "process_group"]
+    ["pid", "process_group", "pod_pid"]
         .iter()
         .find_map(|k| what.get(*k).and_then(serde_json::Value::as_u64))
         .and_then(|p| u32::try_from(p).ok())

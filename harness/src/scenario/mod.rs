@@ -113,6 +113,10 @@ pub struct Cluster {
     pub version: Option<String>,
     #[serde(default)]
     pub backend: BackendKind,
+    /// The kubernetes backend's kubeconfig; unset: `KUBECONFIG`, then
+    /// `~/.kube/config`, then the local cluster's (`fencecheck cluster up`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Default for Cluster {
@@ -121,6 +125,7 @@ impl Default for Cluster {
             members: defaults::members(),
             version: None,
             backend: BackendKind::default(),
+            kubeconfig: None,
         }
     }
 }
@@ -181,6 +186,18 @@ pub enum BackendKind {
     Auto,
     Process,
     Docker,
+    Kubernetes,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Process => "process",
+            BackendKind::Docker => "docker",
+            BackendKind::Kubernetes => "kubernetes",
+        }
+    }
 }
 
 impl std::str::FromStr for BackendKind {
@@ -190,8 +207,9 @@ impl std::str::FromStr for BackendKind {
             "auto" => Ok(BackendKind::Auto),
             "process" => Ok(BackendKind::Process),
             "docker" => Ok(BackendKind::Docker),
+            "kubernetes" => Ok(BackendKind::Kubernetes),
             _ => Err(format!(
-                "unknown backend {s:?}, expected auto, process or docker"
+                "unknown backend {s:?}, expected auto, process, docker or kubernetes"
             )),
         }
     }

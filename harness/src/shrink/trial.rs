@@ -340,11 +340,7 @@ async fn interrupt(child: &mut tokio::process::Child) {
 }
 
 fn backend_name(b: BackendKind) -> &'static str {
-    match b {
-        BackendKind::Auto => "auto",
-        BackendKind::Process => "process",
-        BackendKind::Docker => "docker",
-    }
+    b.as_str()
 }
 
 /// What a finished run says: exit 0 passed; exit 1 failed, and which

@@ -67,7 +67,7 @@ fn labels(run_id: &str, role: &str) -> HashMap<String, String> {
     ])
 }
 
-fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())

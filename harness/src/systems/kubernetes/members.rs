@@ -140,8 +140,16 @@ impl Deploy for KubeDeploy {
         specs.push(self.apiserver_spec(api, etcd_at));
         Ok(specs)
     }
+    /// etcd's image with kube-apiserver (and what it loads, if anything) beside
+    /// it, each at its path on this machine: the kubernetes backend's pods. The
+    /// docker backend does not run this system yet (`runs_on_docker`).
     fn image(&self) -> Result<crate::images::BuildContext> {
-        anyhow::bail!("kubernetes has no docker image yet (process backend only)")
+        let mut ctx = self.etcd.image()?;
+        crate::images::add_file(&mut ctx.files, &self.apiserver, &self.apiserver)?;
+        for lib in crate::images::shared_libraries(&self.apiserver)? {
+            crate::images::add_file(&mut ctx.files, &lib, &lib)?;
+        }
+        Ok(ctx)
     }
     fn access(&self) -> Option<ServiceAccess> {
         Some(KubeDeploy::access(self))

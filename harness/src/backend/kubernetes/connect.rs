@@ -1,0 +1,217 @@
+//! Finding the cluster and checking, before anything starts, that a run can use
+//! it: the kubeconfig (`[cluster] kubeconfig`, else `KUBECONFIG`, else
+//! `~/.kube/config`, else the local cluster's when `fencecheck cluster up` runs),
+//! an API server that answers, the node the pods go to, and every verb the run
+//! needs (asked of the API server itself: SelfSubjectAccessReview).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// A call's own limit: an API server that stopped answering must not hang the run.
+const CALL: Duration = Duration::from_secs(10);
+
+/// The cluster a run uses.
+pub struct Cluster {
+    /// For API calls (each with a read timeout).
+    pub client: kube::Client,
+    /// The same cluster, without a read timeout: log streams stay quiet for long.
+    pub streams: kube::Client,
+    /// To make clients again where the run's runtime is gone (the drop guard).
+    pub config: kube::Config,
+    pub kubeconfig: PathBuf,
+    /// Why that kubeconfig (for the report).
+    pub source: String,
+    pub server: String,
+    pub version: String,
+    /// The node every pod of the run is placed on (`nodeName`).
+    pub node: String,
+}
+
+/// Which kubeconfig, and why.
+pub fn kubeconfig(given: Option<&Path>) -> Result<(PathBuf, String)> {
+    if let Some(p) = given {
+        return Ok((p.to_path_buf(), "[cluster] kubeconfig".into()));
+    }
+    if let Some(p) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+        // Several files joined by ':' are kubectl's; the first is the one read here.
+        let first = std::env::split_paths(&p).next().unwrap_or_default();
+        return Ok((first, "KUBECONFIG".into()));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let p = Path::new(&home).join(".kube/config");
+        if p.exists() {
+            return Ok((p, "~/.kube/config".into()));
+        }
+    }
+    let local = crate::cluster::state::default_dir().join("kubeconfig");
+    if local.exists() {
+        return Ok((local, "the local cluster (fencecheck cluster up)".into()));
+    }
+    bail!(
+        "backend \"kubernetes\": no kubeconfig: set [cluster] kubeconfig or KUBECONFIG, \
+         have ~/.kube/config, or start the local cluster with `fencecheck cluster up`"
+    )
+}
+
+async fn make_client(path: &Path, read_timeout: Option<Duration>) -> Result<(kube::Client, kube::Config)> {
+    let kc = Kubeconfig::read_from(path)
+        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("the kubeconfig {}", path.display()))?;
+    cfg.connect_timeout = Some(Duration::from_secs(3));
+    cfg.read_timeout = read_timeout;
+    let client = kube::Client::try_from(cfg.clone()).context("Kubernetes client")?;
+    Ok((client, cfg))
+}
+
+/// A client for `config` in the current runtime.
+pub fn client_of(config: &kube::Config) -> Result<kube::Client> {
+    kube::Client::try_from(config.clone()).context("Kubernetes client")
+}
+
+/// Every verb on every resource a run uses: (verb, group, resource, subresource,
+/// in the run's namespace or cluster-wide).
+pub const NEEDED: &[(&str, &str, &str, &str, bool)] = &[
+    ("create", "", "namespaces", "", false),
+    ("create", "", "serviceaccounts", "", true),
+    ("delete", "", "namespaces", "", false),
+    ("update", "", "namespaces", "finalize", false),
+    ("get", "", "nodes", "", false),
+    ("list", "", "nodes", "", false),
+    ("create", "", "pods", "", true),
+    ("get", "", "pods", "", true),
+    ("list", "", "pods", "", true),
+    ("delete", "", "pods", "", true),
+    ("get", "", "pods", "log", true),
+    ("create", "", "pods", "exec", true),
+];
+
+/// Finds the cluster and checks it can run this run's pods.
+pub async fn connect(given: Option<&Path>) -> Result<Cluster> {
+    let (path, source) = kubeconfig(given)?;
+    if !path.exists() {
+        bail!(
+            "backend \"kubernetes\": the kubeconfig {} (from {source}) does not exist",
+            path.display()
+        );
+    }
+    let (client, config) = make_client(&path, Some(CALL)).await?;
+    let (streams, _) = make_client(&path, None).await?;
+    let server = config.cluster_url.to_string();
+    let version = match tokio::time::timeout(CALL, client.apiserver_version()).await {
+        Ok(Ok(v)) => v.git_version,
+        Ok(Err(e)) => bail!(
+            "backend \"kubernetes\": the API server {server} (kubeconfig {}) does not answer: {e}",
+            path.display()
+        ),
+        Err(_) => bail!(
+            "backend \"kubernetes\": the API server {server} (kubeconfig {}) did not answer within {CALL:?}",
+            path.display()
+        ),
+    };
+    for &(verb, group, resource, sub, namespaced) in NEEDED {
+        if !allowed(&client, verb, group, resource, sub, namespaced).await? {
+            let what = if sub.is_empty() {
+                resource.to_string()
+            } else {
+                format!("{resource}/{sub}")
+            };
+            bail!(
+                "backend \"kubernetes\": the kubeconfig {}'s user may not {verb} {what}{} \
+                 (SelfSubjectAccessReview said no); the RBAC a run needs is in docs/backends.md",
+                path.display(),
+                if namespaced { " in a namespace of its own" } else { "" }
+            );
+        }
+    }
+    let node = this_node(&client).await?;
+    Ok(Cluster {
+        client,
+        streams,
+        config,
+        kubeconfig: path,
+        source,
+        server,
+        version,
+        node,
+    })
+}
+
+async fn allowed(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    sub: &str,
+    namespaced: bool,
+) -> Result<bool> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: (!sub.is_empty()).then(|| sub.to_string()),
+                // Not created yet: any namespace ("" would mean all of them).
+                namespace: namespaced.then(|| "fencecheck-preflight".to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let r = api
+        .create(&PostParams::default(), &review)
+        .await
+        .with_context(|| format!("SelfSubjectAccessReview of {verb} {resource}"))?;
+    Ok(r.status.map(|s| s.allowed).unwrap_or(false))
+}
+
+/// The node the run's pods go to. They use the host's network and the harness
+/// reaches them on loopback addresses, as its own processes, so it is the node the
+/// harness runs on: the local cluster's (`fencecheck cluster up`), or a cluster's
+/// node named as this machine, or its only node.
+async fn this_node(client: &kube::Client) -> Result<String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes.list(&ListParams::default()).await.context("list nodes")?;
+    let names: Vec<String> = list.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let pick = names
+        .iter()
+        .find(|n| n.as_str() == crate::cluster::NODE || **n == host)
+        .cloned()
+        .or_else(|| (names.len() == 1).then(|| names[0].clone()));
+    let Some(node) = pick else {
+        bail!(
+            "backend \"kubernetes\": no node of the cluster is this machine (nodes: {}; this \
+             machine: {host}): the backend's pods use the host's network of the harness's own \
+             node; running them on other nodes is not built yet",
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        );
+    };
+    let n = list
+        .items
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+    let ready = n
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status == "True")
+        .unwrap_or(false);
+    if !ready {
+        bail!("backend \"kubernetes\": node {node} is not Ready");
+    }
+    Ok(node)
+}

@@ -1,0 +1,514 @@
+//! The `kubernetes` backend: the lock service's members and fencecheck's storage
+//! as pods of a namespace of the run's own (`fencecheck-<run id>`, everything
+//! labelled `fencecheck.run=<run id>`), talked to through the API server with
+//! kube-rs only (no `kubectl`).
+//!
+//! What runs where, today (docs/backends.md says the same, with what is not built):
+//! - Each member is a pod on the harness's own node, on the host's network, placed
+//!   exactly as the process backend places a member (its own loopback address, a
+//!   fault proxy of the harness's in front of every peer port, data and config
+//!   files in the run directory, which every pod mounts at its own path): the
+//!   system's member spec runs unchanged, under the in-pod agent (`agent/`), from
+//!   the system's image with the agent added (`images::pod_image`, built locally;
+//!   `imagePullPolicy: Never`).
+//! - fencecheck's storage is a pod too (`images::agent_storage_image`), writing
+//!   `storage.jsonl` straight into the run directory.
+//! - The workers stay processes of the harness's machine, as on the docker
+//!   backend: their events are written where they run, as they happen.
+//! - Faults: pause, kill and restart of a member or the storage are the agent's
+//!   `stop`, `kill`, `start` (exec through the API server), each read back from the
+//!   pod's `/proc`; delay and partition of member links go through the harness's
+//!   peer proxies (the pods share the host's network); member clocks cannot be
+//!   stepped (no clockshim in the images).
+//! - Each pod's output is streamed into the run directory as it comes.
+//! - Clean-up: `stop` deletes the namespace with its pods; a guard does it on drop
+//!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
+
+pub mod connect;
+pub mod namespace;
+pub mod pods;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use faultproxy::Proxy;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+
+use super::{Deployment, Service};
+use crate::proc::{free_port, wait_http_healthy};
+use crate::scenario::Scenario;
+use crate::systems::members::MemberSpec;
+
+pub use super::docker::{ROLE_LABEL, RUN_LABEL};
+
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+const STORAGE_HOST: &str = "127.0.0.1";
+/// How long `stop` waits for the log streams to end once the pods are gone.
+const LOG_DRAIN: Duration = Duration::from_secs(5);
+
+/// One pod running one process under the agent.
+struct PodProc {
+    pod: String,
+    /// "etcd member 0", "the storage".
+    what: String,
+    log: PathBuf,
+    /// Killed by a fault and not started again.
+    dead: bool,
+}
+
+pub struct KubernetesBackend {
+    client: kube::Client,
+    config: kube::Config,
+    pods: Api<Pod>,
+    ns: String,
+    members: Vec<PodProc>,
+    storage: Option<PodProc>,
+    storage_addr: Option<SocketAddr>,
+    peer_proxies: Vec<Proxy>,
+    /// Each member's client address.
+    clients: Vec<SocketAddr>,
+    paused: HashSet<Service>,
+    logs: Vec<tokio::task::JoinHandle<()>>,
+    /// Still to be deleted (the namespace exists).
+    armed: bool,
+}
+
+/// What a run created, for `kubernetes.json` in the run directory.
+#[derive(serde::Serialize)]
+struct Record<'a> {
+    run_id: &'a str,
+    server: &'a str,
+    kubeconfig: String,
+    kubeconfig_from: &'a str,
+    version: &'a str,
+    node: &'a str,
+    namespace: &'a str,
+    label: String,
+    images: Vec<&'a str>,
+    pods: Vec<&'a str>,
+}
+
+pub const RECORD: &str = "kubernetes.json";
+
+impl KubernetesBackend {
+    pub async fn start(
+        cluster: connect::Cluster,
+        scenario: &Scenario,
+        external: Option<SocketAddr>,
+        run_dir: &Path,
+        say: &dyn Fn(&str),
+    ) -> Result<(KubernetesBackend, Deployment)> {
+        let run_dir = std::fs::canonicalize(run_dir)
+            .with_context(|| format!("cannot resolve {}", run_dir.display()))?;
+        let svc = scenario.lock.service;
+        let system = crate::systems::system(svc);
+        if external.is_none() {
+            if let Some(own) = crate::resources::resource(scenario).docker_storage(scenario) {
+                bail!(
+                    "backend \"kubernetes\": {} does not run as a pod yet; use --backend \
+                     process or docker",
+                    own.what()
+                );
+            }
+        }
+        // The images, built on this machine's Docker engine: the local cluster's
+        // node runs on it, so its pods find them without a registry.
+        let engine = super::docker::engine(super::docker::ENGINE_TIMEOUT)
+            .await
+            .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;
+        let deploy = tokio::task::block_in_place(|| system.deploy(scenario, say))?;
+        let member_image = crate::images::pod_image(&engine.docker, deploy.as_ref(), say).await?;
+        let storage_image = match external {
+            Some(_) => None,
+            None => Some(crate::images::agent_storage_image(&engine.docker, say).await?),
+        };
+        let run_id = super::docker::new_run_id();
+        let ns = namespace::name(&run_id);
+        let n = scenario.member_count();
+        let short = system.member_name();
+        let peer_ports = system.ports().peers.len();
+        let (at, proxies) = super::process::placements(n, peer_ports, &run_dir, short).await?;
+        let specs = deploy.members(scenario, &at)?;
+        for (spec, p) in specs.iter().zip(&at) {
+            super::process::write_files(spec, p)?;
+        }
+        namespace::create(&cluster.client, &ns, &run_id).await?;
+        let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
+        let mut backend = KubernetesBackend {
+            client: cluster.client.clone(),
+            config: cluster.config.clone(),
+            pods,
+            ns: ns.clone(),
+            members: Vec::new(),
+            storage: None,
+            storage_addr: external,
+            peer_proxies: proxies.iter().flatten().cloned().collect(),
+            clients: at.iter().map(|a| a.client).collect(),
+            paused: HashSet::new(),
+            logs: Vec::new(),
+            armed: true,
+        };
+        say(&format!(
+            "starting {n} {svc} {} pod(s){} in namespace {ns} on node {} ({})",
+            deploy.version(),
+            match external {
+                None => " and the storage's",
+                Some(_) => "",
+            },
+            cluster.node,
+            cluster.server
+        ));
+        let record = Record {
+            run_id: &run_id,
+            server: &cluster.server,
+            kubeconfig: cluster.kubeconfig.display().to_string(),
+            kubeconfig_from: &cluster.source,
+            version: &cluster.version,
+            node: &cluster.node,
+            namespace: &ns,
+            label: format!("{RUN_LABEL}={run_id}"),
+            images: [Some(member_image.tag.as_str()), storage_image.as_ref().map(|i| i.tag.as_str())]
+                .into_iter()
+                .flatten()
+                .collect(),
+            pods: Vec::new(),
+        };
+        let started = backend
+            .start_all(
+                &cluster,
+                &run_id,
+                &run_dir,
+                scenario,
+                specs,
+                &member_image.tag,
+                storage_image.as_ref().map(|i| i.tag.as_str()),
+                record,
+            )
+            .await;
+        let storage = match started {
+            Ok(a) => a,
+            Err(e) => {
+                backend.stop().await;
+                return Err(e);
+            }
+        };
+        let deployment = Deployment {
+            service: svc,
+            clients: at.iter().map(|a| a.client).collect(),
+            storage,
+            peer_proxies: proxies,
+            version: deploy.version().to_string(),
+            backend: "kubernetes".into(),
+            backend_reason: String::new(),
+            access: deploy.access(),
+        };
+        Ok((backend, deployment))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_all(
+        &mut self,
+        cluster: &connect::Cluster,
+        run_id: &str,
+        run_dir: &Path,
+        scenario: &Scenario,
+        specs: Vec<MemberSpec>,
+        member_image: &str,
+        storage_image: Option<&str>,
+        mut record: Record<'_>,
+    ) -> Result<SocketAddr> {
+        let svc = scenario.lock.service;
+        let system = crate::systems::system(svc);
+        let short = system.member_name();
+        let mut pod_names = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let name = format!("{short}-{i}");
+            let mut program = vec![spec.program.display().to_string()];
+            program.extend(spec.args.iter().cloned());
+            let pod = pods::pod(&pods::PodSpecIn {
+                name: name.clone(),
+                run_id,
+                role: short,
+                node: &cluster.node,
+                image: member_image,
+                program,
+                env: spec.env.clone(),
+                run_dir,
+            });
+            let log = crate::record::rundir::member_log(run_dir, short, i);
+            self.members.push(PodProc {
+                pod: name.clone(),
+                what: format!("{svc} member {i}"),
+                log: log.clone(),
+                dead: false,
+            });
+            pod_names.push(name.clone());
+            pods::create(&self.pods, &pod)
+                .await
+                .with_context(|| format!("{svc} member {i} did not start; see {}", log.display()))?;
+            self.logs.push(pods::stream_log(
+                cluster.streams.clone(),
+                self.ns.clone(),
+                name,
+                log,
+            ));
+        }
+        let storage_addr = match storage_image {
+            None => self.storage_addr.context("no storage")?,
+            Some(image) => {
+                let port = free_port(STORAGE_HOST)?;
+                let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
+                let st = &scenario.storage;
+                let program = vec![
+                    "/fencecheck-storage".to_string(),
+                    "--listen".into(),
+                    addr.to_string(),
+                    "--log".into(),
+                    run_dir
+                        .join(crate::record::rundir::STORAGE_LOG)
+                        .display()
+                        .to_string(),
+                    "--fencing".into(),
+                    st.fencing.as_str().into(),
+                    "--durability".into(),
+                    st.durability.as_str().into(),
+                ];
+                let name = "storage".to_string();
+                let pod = pods::pod(&pods::PodSpecIn {
+                    name: name.clone(),
+                    run_id,
+                    role: "storage",
+                    node: &cluster.node,
+                    image,
+                    program,
+                    env: Vec::new(),
+                    run_dir,
+                });
+                let log = run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG);
+                self.storage = Some(PodProc {
+                    pod: name.clone(),
+                    what: "the storage".into(),
+                    log: log.clone(),
+                    dead: false,
+                });
+                pod_names.push(name.clone());
+                pods::create(&self.pods, &pod)
+                    .await
+                    .with_context(|| format!("the storage did not start; see {}", log.display()))?;
+                self.logs.push(pods::stream_log(
+                    cluster.streams.clone(),
+                    self.ns.clone(),
+                    name,
+                    log,
+                ));
+                self.storage_addr = Some(addr);
+                addr
+            }
+        };
+        record.pods = pod_names.iter().map(String::as_str).collect();
+        if let Ok(j) = serde_json::to_string_pretty(&record) {
+            let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
+        }
+        // Each member until it serves; one whose pod ends is said at once.
+        for i in 0..specs.len() {
+            let client = *self.clients.get(i).context("no such member")?;
+            let what = format!("{svc} member {i} at {client}");
+            let ready = system.wait_ready(&what, client, READY_DEADLINE);
+            tokio::pin!(ready);
+            let res = loop {
+                tokio::select! {
+                    r = &mut ready => break r,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                        if let Some(how) = pods::ended(&self.pods, &self.members[i].pod).await {
+                            break Err(anyhow::anyhow!("{what}: its pod's program ended ({how}) before it was ready"));
+                        }
+                    }
+                }
+            };
+            res.with_context(|| format!("see {}", self.members[i].log.display()))?;
+        }
+        if let Some(st) = &self.storage {
+            wait_http_healthy("storage", storage_addr, READY_DEADLINE)
+                .await
+                .with_context(|| format!("see {}", st.log.display()))?;
+        }
+        Ok(storage_addr)
+    }
+
+    fn proc_of(&mut self, who: Service) -> Result<&mut PodProc> {
+        match who {
+            Service::Member(i) => self.members.get_mut(i).context("no such member"),
+            Service::Storage => self
+                .storage
+                .as_mut()
+                .context("the storage is not fencecheck's (yours): it is not in the cluster"),
+        }
+    }
+
+    /// The agent's command in `who`'s pod; the answer as read back from its /proc.
+    async fn agent(&mut self, who: Service, cmd: &str) -> Result<(String, serde_json::Value)> {
+        let pod = self.proc_of(who)?.pod.clone();
+        let answer = pods::agent(&self.pods, &pod, cmd).await?;
+        Ok((pod, answer))
+    }
+
+    /// The agent's `stop`: SIGSTOP of the program's process group in the pod.
+    pub async fn pause(&mut self, who: Service) -> Result<serde_json::Value> {
+        let p = self.proc_of(who)?;
+        if p.dead {
+            bail!("{} is not running", p.what);
+        }
+        // Recorded before the command, so a heal never misses it.
+        self.paused.insert(who);
+        let (pod, a) = self.agent(who, "stop").await?;
+        // `pod_pid`, not `pid`: it is a pid of the pod's PID namespace, not of this
+        // machine's /proc; the nemesis asks `is_paused` instead.
+        Ok(serde_json::json!({
+            "action": "agent stop (SIGSTOP)", "pod": pod, "namespace": self.ns,
+            "pod_pid": a.get("pid"), "state": a.get("state"),
+        }))
+    }
+
+    /// Stopped (`T`) as the agent reads the program's /proc state in the pod.
+    pub async fn is_paused(&mut self, who: Service) -> Result<bool> {
+        let (_, a) = self.agent(who, "state").await?;
+        Ok(a.get("state").and_then(|s| s.as_str()) == Some("T"))
+    }
+
+    pub async fn resume(&mut self, who: Service) -> Result<()> {
+        self.paused.remove(&who);
+        self.agent(who, "cont").await.map(|_| ())
+    }
+
+    async fn kill(&mut self, who: Service) -> Result<serde_json::Value> {
+        // SIGKILL ends a stopped process too; the pause is over with it.
+        self.paused.remove(&who);
+        let before = self.agent(who, "state").await.ok().map(|(_, a)| a);
+        let (pod, a) = self.agent(who, "kill").await?;
+        self.proc_of(who)?.dead = true;
+        let gone = a.get("running").and_then(|r| r.as_bool()) == Some(false);
+        Ok(serde_json::json!({
+            "action": "agent kill (SIGKILL)", "pod": pod, "namespace": self.ns,
+            "pod_pid": before.as_ref().and_then(|b| b.get("pid")).cloned(),
+            "seen_gone": gone,
+        }))
+    }
+
+    async fn start_again(&mut self, who: Service) -> Result<serde_json::Value> {
+        let (pod, a) = self.agent(who, "start").await?;
+        self.proc_of(who)?.dead = false;
+        Ok(serde_json::json!({
+            "action": "agent start", "pod": pod, "namespace": self.ns,
+            "pod_pid": a.get("pid"), "state": a.get("state"),
+        }))
+    }
+
+    /// SIGKILL of member `i`'s program; its pod, data and address stay.
+    pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
+        self.kill(Service::Member(i)).await
+    }
+
+    /// Member `i`'s program again, in the same pod, on its data.
+    pub async fn restart_member(&mut self, i: usize) -> Result<serde_json::Value> {
+        self.start_again(Service::Member(i)).await
+    }
+
+    pub async fn kill_storage(&mut self) -> Result<serde_json::Value> {
+        self.kill(Service::Storage).await
+    }
+
+    /// The storage again on its log, and the wait until it answers.
+    pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
+        let t0 = std::time::Instant::now();
+        let mut done = self.start_again(Service::Storage).await?;
+        let addr = self.storage_addr.context("no storage")?;
+        let log = self.proc_of(Service::Storage)?.log.clone();
+        wait_http_healthy("storage", addr, READY_DEADLINE)
+            .await
+            .with_context(|| format!("the restarted storage; see {}", log.display()))?;
+        done["ready_ms"] = serde_json::json!(t0.elapsed().as_millis() as u64);
+        Ok(done)
+    }
+
+    /// Heal phase: continues every paused program, starts every killed one.
+    pub async fn heal(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        let mut paused: Vec<Service> = self.paused.iter().copied().collect();
+        paused.sort_by_key(|s| match s {
+            Service::Member(i) => *i,
+            Service::Storage => usize::MAX,
+        });
+        for who in paused {
+            if self.resume(who).await.is_ok() {
+                done.push(format!("continued {}", self.what(who)));
+            }
+        }
+        for i in 0..self.members.len() {
+            if self.members[i].dead && self.restart_member(i).await.is_ok() {
+                done.push(format!("restarted member {i}"));
+            }
+        }
+        if self.storage.as_ref().is_some_and(|s| s.dead) && self.restart_storage().await.is_ok() {
+            done.push("restarted the storage".into());
+        }
+        done
+    }
+
+    fn what(&self, who: Service) -> String {
+        match who {
+            Service::Member(i) => self.members.get(i).map(|m| m.what.clone()),
+            Service::Storage => self.storage.as_ref().map(|s| s.what.clone()),
+        }
+        .unwrap_or_default()
+    }
+
+    /// Continues what is paused, deletes the namespace with its pods (their
+    /// output is in the run directory already), stops the peer proxies.
+    pub async fn stop(&mut self) {
+        for who in std::mem::take(&mut self.paused) {
+            let _ = self.agent(who, "cont").await;
+        }
+        if self.armed {
+            match namespace::delete(&self.client, &self.ns).await {
+                Ok(_) => self.armed = false,
+                Err(e) => tracing::warn!("kubernetes clean-up of {}: {e:#}", self.ns),
+            }
+        }
+        for h in std::mem::take(&mut self.logs) {
+            let _ = tokio::time::timeout(LOG_DRAIN, h).await;
+        }
+        for p in &self.peer_proxies {
+            p.shutdown().await;
+        }
+    }
+}
+
+impl Drop for KubernetesBackend {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Dropped without `stop` (an error, a panic, Ctrl-C): the namespace is
+        // deleted on a runtime and a client of its own, the run's may be gone.
+        let (config, ns) = (self.config.clone(), self.ns.clone());
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let client = connect::client_of(&config)?;
+                namespace::delete(&client, &ns).await
+            })
+        })
+        .join();
+        match done {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("fencecheck: kubernetes clean-up of {}: {e:#}", self.ns),
+            Err(_) => eprintln!("fencecheck: kubernetes clean-up of {} panicked", self.ns),
+        }
+    }
+}

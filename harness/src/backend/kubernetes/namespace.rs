@@ -1,0 +1,157 @@
+//! The run's namespace: created labelled with the run, deleted with everything in
+//! it on every way out (`stop`, the drop guard; the reaper after a SIGKILL).
+//!
+//! A deleted namespace waits in `Terminating` until the namespace controller (in
+//! kube-controller-manager) has emptied it and removed its `kubernetes` finalizer.
+//! The local cluster runs no controller-manager, so the pods are deleted here
+//! first, and a namespace still there once they are gone is finalized here too
+//! (`PUT …/finalize` with no finalizers), which is what that controller does last.
+//! On a cluster with a controller-manager it has usually gone before that.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use super::RUN_LABEL;
+
+/// How long pods get to end on SIGTERM before kubelet kills them.
+const POD_GRACE: u32 = 2;
+/// How long the whole deletion may take (the bound for "nothing left").
+pub const DELETE_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a deleted, empty namespace is left to its controller before it is
+/// finalized here.
+const CONTROLLER_WAIT: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(250);
+
+/// `fencecheck-<run id>`.
+pub fn name(run_id: &str) -> String {
+    format!("fencecheck-{run_id}")
+}
+
+pub async fn create(client: &kube::Client, ns: &str, run_id: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let obj = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.to_string()),
+            labels: Some(BTreeMap::from([(RUN_LABEL.to_string(), run_id.to_string())])),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("create namespace {ns}"))?;
+    // The pods ask for no token, but the ServiceAccount admission plugin still
+    // wants their account to exist, and without a controller-manager (the local
+    // cluster) nothing makes it. Where one runs, it may be there already.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("default".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match sas.create(&PostParams::default(), &sa).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("create serviceaccount {ns}/default")),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Deletes every pod of `ns`, waits until kubelet has stopped them, then deletes
+/// `ns` (finalizing it where no controller does). Returns what it removed.
+pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
+    let t0 = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(ns).await?.is_none() {
+        return Ok(Vec::new());
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(POD_GRACE),
+        ..Default::default()
+    };
+    let mut done = Vec::new();
+    let names: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list pods in {ns}"))?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    for n in &names {
+        match pods.delete(n, &dp).await {
+            Ok(_) => done.push(format!("pod {ns}/{n}")),
+            Err(e) if not_found(&e) => {}
+            Err(e) => return Err(e).with_context(|| format!("delete pod {ns}/{n}")),
+        }
+    }
+    // Kubelet removes a pod's object once its containers are gone: so an empty
+    // list means no container of the run is left either.
+    loop {
+        let left = pods.list(&ListParams::default()).await?.items.len();
+        if left == 0 {
+            break;
+        }
+        if t0.elapsed() > DELETE_DEADLINE {
+            bail!("{left} pod(s) of namespace {ns} still there after {DELETE_DEADLINE:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    match namespaces.delete(ns, &DeleteParams::default()).await {
+        Err(e) if !not_found(&e) => {
+            return Err(e).with_context(|| format!("delete namespace {ns}"));
+        }
+        _ => {}
+    }
+    let deleted_at = Instant::now();
+    let mut finalized = false;
+    while namespaces.get_opt(ns).await?.is_some() {
+        if !finalized && deleted_at.elapsed() > CONTROLLER_WAIT {
+            finalize(&namespaces, ns).await?;
+            finalized = true;
+        }
+        if t0.elapsed() > DELETE_DEADLINE {
+            bail!("namespace {ns} still there after {DELETE_DEADLINE:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    done.push(format!(
+        "namespace {ns}{}",
+        if finalized {
+            " (finalized: no namespace controller)"
+        } else {
+            ""
+        }
+    ));
+    Ok(done)
+}
+
+/// What the namespace controller does once a namespace is empty: clears its
+/// `spec.finalizers`, after which the apiserver removes it.
+async fn finalize(namespaces: &Api<Namespace>, ns: &str) -> Result<()> {
+    let Some(mut obj) = namespaces.get_opt(ns).await? else {
+        return Ok(());
+    };
+    obj.spec = Some(NamespaceSpec {
+        finalizers: Some(Vec::new()),
+    });
+    match namespaces
+        .replace_subresource("finalize", ns, &PostParams::default(), &obj)
+        .await
+    {
+        Err(e) if !not_found(&e) => Err(e).with_context(|| format!("finalize namespace {ns}")),
+        _ => Ok(()),
+    }
+}
+
+/// The API's 404: already gone.
+pub fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}

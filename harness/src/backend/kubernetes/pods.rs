@@ -1,0 +1,264 @@
+//! One pod per member and one for the storage: the program under fencecheck's
+//! in-pod agent (`agent/`, the container's entry point), on the host's network of
+//! the harness's node, with the run directory mounted at its own path — so a
+//! member spec placed as on the process backend (loopback addresses, data and
+//! config files in the run directory) runs unchanged, and the storage writes
+//! `storage.jsonl` straight into the run directory. The agent stops, continues,
+//! kills and restarts the program on the harness's command (exec through the API
+//! server) and reads the effect back from `/proc`; the pod's output is streamed
+//! into the run directory as it comes.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures_util::AsyncReadExt;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, HostPathVolumeSource, Pod, PodSecurityContext, PodSpec, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, LogParams, PostParams};
+
+use super::{ROLE_LABEL, RUN_LABEL};
+
+/// The container's name in every pod of the run.
+pub const CONTAINER: &str = "main";
+/// The agent in every image of this backend.
+pub const AGENT: &str = "/fencecheck-agent";
+/// Where the agent's socket is: a directory every user may write (the pods run as
+/// the harness's user, and `/` of a FROM scratch image is root's).
+const AGENT_SOCKET: &str = "/tmp/fencecheck-agent.sock";
+const TMP_VOLUME: &str = "tmp";
+const RUN_VOLUME: &str = "run";
+/// How long a pod may take to have its container running.
+const RUNNING_DEADLINE: Duration = Duration::from_secs(60);
+
+/// What one pod runs.
+pub struct PodSpecIn<'a> {
+    pub name: String,
+    pub run_id: &'a str,
+    pub role: &'a str,
+    pub node: &'a str,
+    pub image: &'a str,
+    /// The program and its arguments, run under the agent.
+    pub program: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Mounted at its own path.
+    pub run_dir: &'a Path,
+}
+
+pub fn pod(p: &PodSpecIn) -> Pod {
+    let mut command = vec![AGENT.to_string(), "run".into(), "--".into()];
+    command.extend(p.program.iter().cloned());
+    let mut env: Vec<EnvVar> = p
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar {
+            name: k.clone(),
+            value: Some(v.clone()),
+            ..Default::default()
+        })
+        .collect();
+    env.push(EnvVar {
+        name: "FENCECHECK_AGENT_SOCKET".into(),
+        value: Some(AGENT_SOCKET.into()),
+        ..Default::default()
+    });
+    let run_dir = p.run_dir.display().to_string();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(p.name.clone()),
+            labels: Some(BTreeMap::from([
+                (RUN_LABEL.to_string(), p.run_id.to_string()),
+                (ROLE_LABEL.to_string(), p.role.to_string()),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(p.node.to_string()),
+            host_network: Some(true),
+            automount_service_account_token: Some(false),
+            restart_policy: Some("Never".into()),
+            // The files in the run directory are the harness user's.
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(i64::from(nix::unistd::getuid().as_raw())),
+                run_as_group: Some(i64::from(nix::unistd::getgid().as_raw())),
+                ..Default::default()
+            }),
+            termination_grace_period_seconds: Some(2),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(p.image.to_string()),
+                image_pull_policy: Some("Never".into()),
+                command: Some(command),
+                env: Some(env),
+                volume_mounts: Some(vec![
+                    VolumeMount {
+                        name: RUN_VOLUME.into(),
+                        mount_path: run_dir.clone(),
+                        ..Default::default()
+                    },
+                    VolumeMount {
+                        name: TMP_VOLUME.into(),
+                        mount_path: "/tmp".into(),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }],
+            volumes: Some(vec![
+                Volume {
+                    name: RUN_VOLUME.into(),
+                    host_path: Some(HostPathVolumeSource {
+                        path: run_dir,
+                        type_: Some("Directory".into()),
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: TMP_VOLUME.into(),
+                    empty_dir: Some(Default::default()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates the pod and waits until its container runs. A container that cannot
+/// start (an image not on the node, a program that exits) fails at once with the
+/// reason kubelet gives.
+pub async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    pods.create(&PostParams::default(), pod)
+        .await
+        .with_context(|| format!("create pod {name}"))?;
+    let t0 = Instant::now();
+    loop {
+        let p = pods.get(&name).await.with_context(|| format!("get pod {name}"))?;
+        let st = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .and_then(|c| c.state.clone());
+        if let Some(st) = st {
+            if st.running.is_some() {
+                return Ok(());
+            }
+            if let Some(t) = st.terminated {
+                bail!(
+                    "pod {name}: its container ended at once (exit {}{})",
+                    t.exit_code,
+                    t.message.map(|m| format!(": {m}")).unwrap_or_default()
+                );
+            }
+            if let Some(w) = st.waiting {
+                let reason = w.reason.unwrap_or_default();
+                if matches!(
+                    reason.as_str(),
+                    "ErrImageNeverPull"
+                        | "ErrImagePull"
+                        | "ImagePullBackOff"
+                        | "InvalidImageName"
+                        | "CreateContainerError"
+                        | "CreateContainerConfigError"
+                        | "RunContainerError"
+                ) {
+                    bail!(
+                        "pod {name}: {reason}: {}",
+                        w.message.unwrap_or_default()
+                    );
+                }
+            }
+        }
+        if t0.elapsed() > RUNNING_DEADLINE {
+            bail!("pod {name}: its container did not run within {RUNNING_DEADLINE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Has the pod's container ended (the program under the agent exited on its own,
+/// and the agent with it)?
+pub async fn ended(pods: &Api<Pod>, name: &str) -> Option<String> {
+    let p = pods.get(name).await.ok()?;
+    let t = p
+        .status?
+        .container_statuses?
+        .into_iter()
+        .next()?
+        .state?
+        .terminated?;
+    Some(format!("exit {}", t.exit_code))
+}
+
+/// The agent's answer to one command: `{"pid":12,"state":"T"}`,
+/// `{"running":false}`, or `{"error":"..."}` (an error here).
+pub async fn agent(pods: &Api<Pod>, pod: &str, cmd: &str) -> Result<serde_json::Value> {
+    let out = crate::cluster::exec::exec(pods, pod, CONTAINER, &[AGENT, "ctl", cmd]).await?;
+    let answer: serde_json::Value = serde_json::from_str(out.stdout.trim()).with_context(|| {
+        format!(
+            "pod {pod}: the agent's answer to {cmd:?} is not JSON: {:?} {:?}",
+            out.stdout, out.stderr
+        )
+    })?;
+    if out.code != 0 {
+        bail!(
+            "pod {pod}: the agent refused {cmd:?}: {}",
+            answer
+                .get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or(out.stderr.trim())
+        );
+    }
+    Ok(answer)
+}
+
+/// Streams the pod's output into `log` (appended, flushed as it comes) until
+/// the container ends or the pod is deleted.
+pub fn stream_log(client: kube::Client, ns: String, pod: String, log: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, &ns);
+        let lp = LogParams {
+            follow: true,
+            container: Some(CONTAINER.into()),
+            ..Default::default()
+        };
+        let mut file = match std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("cannot open {}: {e}", log.display());
+                return;
+            }
+        };
+        let mut stream = match pods.log_stream(&pod, &lp).await {
+            Ok(s) => Box::pin(s),
+            Err(e) => {
+                let _ = writeln!(file, "[fencecheck: no log stream of pod {pod}: {e}]");
+                return;
+            }
+        };
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    if file.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    let _ = file.flush();
+                }
+                Err(e) => {
+                    let _ = writeln!(file, "[fencecheck: the log stream of pod {pod} broke: {e}]");
+                    break;
+                }
+            }
+        }
+    })
+}
