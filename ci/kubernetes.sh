@@ -67,11 +67,39 @@ k8s_timed() {
   return "$rc"
 }
 
+# Go 1.18 changed the signature of the runtime's map iterator (reflect.mapiterinit
+# takes the iterator to fill); reflect2 1.0.1, which 1.20.2 vendors, still calls it
+# the old way, so a binary built with a newer Go (Debian's 1.19 here) hands the
+# runtime a garbage iterator whenever json-iterator encodes a map, and dies at
+# random: "unexpected fault address … fatal error: fault" in mapiterinit under
+# reflect2.(*UnsafeMapType).UnsafeIterate. Seen here: the local cluster's
+# kube-apiserver crashed so 10 minutes into its life, 2026-12-04. reflect2 1.0.2 is
+# the fix (go_above_118.go); Debian ships it as golang-github-modern-go-reflect2-dev.
+# The binaries carry a stamp that they were built with it.
+k8s_reflect2_src=/usr/share/gocode/src/github.com/modern-go/reflect2
+k8s_reflect2_stamp=".built-with-reflect2-1.0.2"
+k8s_fix_reflect2() {
+  local vendored="$k8s_src/vendor/github.com/modern-go/reflect2"
+  if [ -f "$vendored/go_above_118.go" ]; then
+    say "reflect2 1.0.2 already in $vendored"
+    return
+  fi
+  [ -f "$k8s_reflect2_src/go_above_118.go" ] || apt_install golang-github-modern-go-reflect2-dev
+  [ -f "$k8s_reflect2_src/go_above_118.go" ] ||
+    die "$k8s_reflect2_src/go_above_118.go missing after installing golang-github-modern-go-reflect2-dev"
+  [ -d "$vendored" ] || die "$vendored missing: not the 1.20.2 tree with vendor/"
+  rm -f "$vendored"/*.go "$vendored"/*.s
+  cp "$k8s_reflect2_src"/*.go "$k8s_reflect2_src"/*.s "$vendored"/
+  say "replaced $vendored (1.0.1) with Debian's reflect2 1.0.2 (the Go >= 1.18 map iterator)"
+}
+
 k8s_bin_ok() {
-  [ -x "$k8s_bin" ] && prints "^Kubernetes v$k8s_version\$" "$k8s_bin" --version
+  [ -x "$k8s_bin" ] && [ -f "$k8s_bin$k8s_reflect2_stamp" ] &&
+    prints "^Kubernetes v$k8s_version\$" "$k8s_bin" --version
 }
 k8s_kubelet_ok() {
-  [ -x "$k8s_kubelet" ] && prints "^Kubernetes v$k8s_version\$" "$k8s_kubelet" --version
+  [ -x "$k8s_kubelet" ] && [ -f "$k8s_kubelet$k8s_reflect2_stamp" ] &&
+    prints "^Kubernetes v$k8s_version\$" "$k8s_kubelet" --version
 }
 # pause prints "pause.c HEAD" for -v and exits 0 (it takes no other argument).
 k8s_pause_ok() {
@@ -198,6 +226,7 @@ k8s_build() {
   [ -x "$k8s_go" ] || apt_install golang-go
   local what="$*"
   case " $what " in *" cmd/kubelet "*) k8s_patch_kubelet ;; esac
+  k8s_fix_reflect2
   rm -rf "$k8s_src/_output"
   say "make WHAT=\"$what\" in $k8s_src ($("$k8s_go" version))"
   # k8s_make: GOFLAGS=-mod=vendor and GOPROXY=off: offline, from the tree's vendor/.
@@ -209,6 +238,8 @@ k8s_build() {
   fi
   case " $what " in *" cmd/kube-apiserver "*) k8s_install kube-apiserver "$k8s_bin" ;; esac
   case " $what " in *" cmd/kubelet "*) k8s_install kubelet "$k8s_kubelet" ;; esac
+  case " $what " in *" cmd/kube-apiserver "*) : >"$k8s_bin$k8s_reflect2_stamp" ;; esac
+  case " $what " in *" cmd/kubelet "*) : >"$k8s_kubelet$k8s_reflect2_stamp" ;; esac
   # _output is 1.5 GB, mostly the build's Go cache; nothing reuses it (a rebuild starts
   # from a clean _output, above), so it goes once the binaries are out.
   rm -rf "$k8s_src/_output"
@@ -238,11 +269,11 @@ else
   fi
   k8s_what=()
   if ! k8s_bin_ok; then
-    say "kube-apiserver $k8s_version missing ($k8s_bin): building it"
+    say "kube-apiserver $k8s_version missing ($k8s_bin), or built without reflect2 1.0.2: building it"
     k8s_what+=(cmd/kube-apiserver)
   fi
   if ! k8s_kubelet_ok; then
-    say "kubelet $k8s_version missing ($k8s_kubelet): building it (patched: $(basename "$k8s_patch"))"
+    say "kubelet $k8s_version missing ($k8s_kubelet), or built without reflect2 1.0.2: building it (patched: $(basename "$k8s_patch"))"
     k8s_what+=(cmd/kubelet)
   fi
   [ "${#k8s_what[@]}" -eq 0 ] || k8s_build "${k8s_what[@]}"
