@@ -167,8 +167,10 @@ pub async fn agent_storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<
 pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str)) -> Result<Image> {
     let mut ctx = tokio::task::block_in_place(|| deploy.image())?;
     let agent = tokio::task::block_in_place(|| static_binary("fencecheck-agent", say))?;
-    let bytes = std::fs::read(&agent).with_context(|| format!("cannot read {}", agent.display()))?;
-    ctx.files.insert("rootfs/fencecheck-agent".into(), (0o755, bytes));
+    let bytes =
+        std::fs::read(&agent).with_context(|| format!("cannot read {}", agent.display()))?;
+    ctx.files
+        .insert("rootfs/fencecheck-agent".into(), (0o755, bytes));
     let name = deploy.image_name();
     let tag = format!("fencecheck/{name}-pod:{}-{}", deploy.version(), ctx.hash());
     ensure(docker, &tag, name, &ctx, say).await

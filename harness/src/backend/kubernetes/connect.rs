@@ -61,7 +61,10 @@ pub fn kubeconfig(given: Option<&Path>) -> Result<(PathBuf, String)> {
     )
 }
 
-async fn make_client(path: &Path, read_timeout: Option<Duration>) -> Result<(kube::Client, kube::Config)> {
+async fn make_client(
+    path: &Path,
+    read_timeout: Option<Duration>,
+) -> Result<(kube::Client, kube::Config)> {
     let kc = Kubeconfig::read_from(path)
         .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -129,7 +132,11 @@ pub async fn connect(given: Option<&Path>) -> Result<Cluster> {
                 "backend \"kubernetes\": the kubeconfig {}'s user may not {verb} {what}{} \
                  (SelfSubjectAccessReview said no); the RBAC a run needs is in docs/backends.md",
                 path.display(),
-                if namespaced { " in a namespace of its own" } else { "" }
+                if namespaced {
+                    " in a namespace of its own"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -183,8 +190,15 @@ async fn allowed(
 /// node named as this machine, or its only node.
 async fn this_node(client: &kube::Client) -> Result<String> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes.list(&ListParams::default()).await.context("list nodes")?;
-    let names: Vec<String> = list.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    let list = nodes
+        .list(&ListParams::default())
+        .await
+        .context("list nodes")?;
+    let names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -198,7 +212,11 @@ async fn this_node(client: &kube::Client) -> Result<String> {
             "backend \"kubernetes\": no node of the cluster is this machine (nodes: {}; this \
              machine: {host}): the backend's pods use the host's network of the harness's own \
              node; running them on other nodes is not built yet",
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
         );
     };
     let n = list

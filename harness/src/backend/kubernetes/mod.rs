@@ -90,6 +90,18 @@ struct Record<'a> {
     label: String,
     images: Vec<&'a str>,
     pods: Vec<&'a str>,
+    /// Per pod: ms from its creation until its container ran, and until the
+    /// program in it served (the member's probe; the storage's /health).
+    ready: Vec<Ready>,
+    /// ms from the first pod's creation until every member and the storage served.
+    ready_ms: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Ready {
+    pod: String,
+    running_ms: u64,
+    serving_ms: u64,
 }
 
 pub const RECORD: &str = "kubernetes.json";
@@ -171,11 +183,16 @@ impl KubernetesBackend {
             node: &cluster.node,
             namespace: &ns,
             label: format!("{RUN_LABEL}={run_id}"),
-            images: [Some(member_image.tag.as_str()), storage_image.as_ref().map(|i| i.tag.as_str())]
-                .into_iter()
-                .flatten()
-                .collect(),
+            images: [
+                Some(member_image.tag.as_str()),
+                storage_image.as_ref().map(|i| i.tag.as_str()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             pods: Vec::new(),
+            ready: Vec::new(),
+            ready_ms: 0,
         };
         let started = backend
             .start_all(
@@ -224,7 +241,10 @@ impl KubernetesBackend {
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
         let short = system.member_name();
+        let t0 = std::time::Instant::now();
+        let ms = |t: std::time::Instant| t.duration_since(t0).as_millis() as u64;
         let mut pod_names = Vec::new();
+        let mut created = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
             let name = format!("{short}-{i}");
             let mut program = vec![spec.program.display().to_string()];
@@ -247,9 +267,11 @@ impl KubernetesBackend {
                 dead: false,
             });
             pod_names.push(name.clone());
-            pods::create(&self.pods, &pod)
-                .await
-                .with_context(|| format!("{svc} member {i} did not start; see {}", log.display()))?;
+            let c = std::time::Instant::now();
+            pods::create(&self.pods, &pod).await.with_context(|| {
+                format!("{svc} member {i} did not start; see {}", log.display())
+            })?;
+            created.push((c, std::time::Instant::now()));
             self.logs.push(pods::stream_log(
                 cluster.streams.clone(),
                 self.ns.clone(),
@@ -296,9 +318,11 @@ impl KubernetesBackend {
                     dead: false,
                 });
                 pod_names.push(name.clone());
+                let c = std::time::Instant::now();
                 pods::create(&self.pods, &pod)
                     .await
                     .with_context(|| format!("the storage did not start; see {}", log.display()))?;
+                created.push((c, std::time::Instant::now()));
                 self.logs.push(pods::stream_log(
                     cluster.streams.clone(),
                     self.ns.clone(),
@@ -310,9 +334,12 @@ impl KubernetesBackend {
             }
         };
         record.pods = pod_names.iter().map(String::as_str).collect();
+        // Written now, and again with the timings once everything serves: a run
+        // that fails to start still says what it created.
         if let Ok(j) = serde_json::to_string_pretty(&record) {
             let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
         }
+        let mut serving = Vec::new();
         // Each member until it serves; one whose pod ends is said at once.
         for i in 0..specs.len() {
             let client = *self.clients.get(i).context("no such member")?;
@@ -330,11 +357,26 @@ impl KubernetesBackend {
                 }
             };
             res.with_context(|| format!("see {}", self.members[i].log.display()))?;
+            serving.push(std::time::Instant::now());
         }
         if let Some(st) = &self.storage {
             wait_http_healthy("storage", storage_addr, READY_DEADLINE)
                 .await
                 .with_context(|| format!("see {}", st.log.display()))?;
+            serving.push(std::time::Instant::now());
+        }
+        record.ready = pod_names
+            .iter()
+            .zip(created.iter().zip(&serving))
+            .map(|(pod, ((c, r), s))| Ready {
+                pod: pod.clone(),
+                running_ms: r.duration_since(*c).as_millis() as u64,
+                serving_ms: s.duration_since(*c).as_millis() as u64,
+            })
+            .collect();
+        record.ready_ms = serving.iter().map(|s| ms(*s)).max().unwrap_or(0);
+        if let Ok(j) = serde_json::to_string_pretty(&record) {
+            let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
         }
         Ok(storage_addr)
     }

@@ -37,7 +37,10 @@ pub async fn create(client: &kube::Client, ns: &str, run_id: &str) -> Result<()>
     let obj = Namespace {
         metadata: ObjectMeta {
             name: Some(ns.to_string()),
-            labels: Some(BTreeMap::from([(RUN_LABEL.to_string(), run_id.to_string())])),
+            labels: Some(BTreeMap::from([(
+                RUN_LABEL.to_string(),
+                run_id.to_string(),
+            )])),
             ..Default::default()
         },
         ..Default::default()

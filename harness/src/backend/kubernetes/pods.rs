@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures_util::AsyncReadExt;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, Pod, PodSecurityContext, PodSpec, Volume,
-    VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, Pod, PodSecurityContext, PodSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, LogParams, PostParams};
@@ -140,7 +139,10 @@ pub async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
         .with_context(|| format!("create pod {name}"))?;
     let t0 = Instant::now();
     loop {
-        let p = pods.get(&name).await.with_context(|| format!("get pod {name}"))?;
+        let p = pods
+            .get(&name)
+            .await
+            .with_context(|| format!("get pod {name}"))?;
         let st = p
             .status
             .as_ref()
@@ -170,10 +172,7 @@ pub async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
                         | "CreateContainerConfigError"
                         | "RunContainerError"
                 ) {
-                    bail!(
-                        "pod {name}: {reason}: {}",
-                        w.message.unwrap_or_default()
-                    );
+                    bail!("pod {name}: {reason}: {}", w.message.unwrap_or_default());
                 }
             }
         }
@@ -222,7 +221,12 @@ pub async fn agent(pods: &Api<Pod>, pod: &str, cmd: &str) -> Result<serde_json::
 
 /// Streams the pod's output into `log` (appended, flushed as it comes) until
 /// the container ends or the pod is deleted.
-pub fn stream_log(client: kube::Client, ns: String, pod: String, log: PathBuf) -> tokio::task::JoinHandle<()> {
+pub fn stream_log(
+    client: kube::Client,
+    ns: String,
+    pod: String,
+    log: PathBuf,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let pods: Api<Pod> = Api::namespaced(client, &ns);
         let lp = LogParams {
@@ -230,7 +234,11 @@ pub fn stream_log(client: kube::Client, ns: String, pod: String, log: PathBuf) -
             container: Some(CONTAINER.into()),
             ..Default::default()
         };
-        let mut file = match std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+        let mut file = match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+        {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("cannot open {}: {e}", log.display());
