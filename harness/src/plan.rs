@@ -169,5 +169,39 @@ mod tests {
         assert_eq!(e.line, Some(6), "{e}");
         assert!(e.message.starts_with("fault #1 (delay): "), "{e}");
         assert!(e.message.contains("peer proxies"), "{e}");
+        // The kubernetes backend's members share the harness's network: its peer
+        // proxies slow them as the process backend's do.
+        check(&s, BackendKind::Kubernetes).expect("kubernetes has peer proxies");
+    }
+
+    #[test]
+    fn the_kubernetes_backend_refuses_a_member_clock_jump_at_its_line() {
+        let text = "name = \"x\"\n[cluster]\nmembers = 3\n[lock]\nservice = \"redlock\"\n\
+                    [storage]\nfencing = \"off\"\ntoken = \"none\"\n\n[[fault]]\n\
+                    kind = \"clock-jump\"\ntarget = \"member:0\"\nat = \"1s\"\nby = \"10s\"\n";
+        let s = Scenario::parse(text, "c.toml").expect("valid");
+        check(&s, BackendKind::Process).expect("process steps clocks (clockshim)");
+        let e = check(&s, BackendKind::Kubernetes).expect_err("no clockshim in pods");
+        assert_eq!(e.line, Some(11), "{e}");
+        assert!(e.message.starts_with("fault #1 (clock-jump): "), "{e}");
+        // Pause and kill of members are the in-pod agent's.
+        let text = "name = \"x\"\n[cluster]\nmembers = 3\n\n[[fault]]\nkind = \"kill\"\n\
+                    target = \"leader\"\nat = \"1s\"\n";
+        let s = Scenario::parse(text, "k.toml").expect("valid");
+        check(&s, BackendKind::Kubernetes).expect("the agent kills");
+    }
+
+    #[test]
+    fn backend_names_round_trip() {
+        for b in [
+            BackendKind::Auto,
+            BackendKind::Process,
+            BackendKind::Docker,
+            BackendKind::Kubernetes,
+        ] {
+            assert_eq!(b.as_str().parse::<BackendKind>(), Ok(b));
+        }
+        let e = "k3s".parse::<BackendKind>().expect_err("unknown");
+        assert!(e.contains("kubernetes"), "{e}");
     }
 }
