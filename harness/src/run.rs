@@ -161,7 +161,11 @@ pub async fn run(
     quiet: bool,
 ) -> Result<(Report, PathBuf), RunError> {
     let seed = apply_overrides(&mut scenario, o);
-    // A fault the backend cannot do is bad input: refused before anything starts.
+    // A fault the backend cannot do is bad input: refused before anything starts,
+    // and before a backend named in the scenario is even reached.
+    if scenario.cluster.backend != BackendKind::Auto {
+        crate::plan::check(&scenario, scenario.cluster.backend)?;
+    }
     let chosen = backend::choose(&scenario).await?;
     crate::plan::check(&scenario, chosen.kind)?;
     let mut resource = resources::resource(&scenario);

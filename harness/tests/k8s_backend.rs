@@ -321,3 +321,83 @@ fn ctrl_c_and_sigkill_leave_nothing_and_a_killed_run_checks_incomplete() {
     );
     down(&dir, &mut guard);
 }
+
+/// Bad input for the kubernetes backend is exit 2 with its reason, before anything
+/// starts (no cluster is needed to be refused): a kubeconfig named in the scenario
+/// that is not there (at its line), `KUBECONFIG` naming nothing, an API server that
+/// does not answer, and a fault the backend cannot do (at the fault's line).
+#[test]
+fn bad_kubernetes_input_is_exit_2_with_its_reason_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let refused = |args: &[&str], env: Option<&Path>, want: &[&str]| {
+        let out = dir.path().join(format!("run-{}", want[0].len()));
+        let mut c = bin();
+        if let Some(k) = env {
+            c.env("KUBECONFIG", k);
+        }
+        let o = c.args(args).arg("--out").arg(&out).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", explain(&o));
+        for w in want {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+        }
+        // Nothing started: no worker or member ever wrote to the run directory.
+        assert!(
+            !out.join("worker-0.jsonl").exists(),
+            "{args:?} started a run"
+        );
+    };
+    let scenario = dir.path().join("kc.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"kc\"\n[cluster]\nbackend = \"kubernetes\"\nkubeconfig = \"/nonexistent/kubeconfig\"\n",
+    )
+    .expect("write");
+    let s = scenario.to_str().expect("utf-8");
+    refused(
+        &["scenario", s],
+        None,
+        &[":4:", "cluster.kubeconfig", "/nonexistent/kubeconfig"],
+    );
+    let nowhere = dir.path().join("no-such-kubeconfig");
+    refused(
+        &[
+            "scenario",
+            "scenarios/pause.toml",
+            "--backend",
+            "kubernetes",
+        ],
+        Some(&nowhere),
+        &["KUBECONFIG", "does not exist"],
+    );
+    // Port 9 (discard) on loopback: nothing listens there.
+    let dead = dir.path().join("dead-kubeconfig");
+    std::fs::write(
+        &dead,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\n    \
+         insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  \
+         context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+    )
+    .expect("write");
+    refused(
+        &[
+            "scenario",
+            "scenarios/pause.toml",
+            "--backend",
+            "kubernetes",
+        ],
+        Some(&dead),
+        &["https://127.0.0.1:9", "does not answer"],
+    );
+    // Redlock's member clock jump needs clockshim under the member: not in pods.
+    refused(
+        &[
+            "scenario",
+            "scenarios/redlock-majority-clock-jump.toml",
+            "--backend",
+            "kubernetes",
+        ],
+        Some(&dead),
+        &["redlock-majority-clock-jump.toml:", "clock-jump"],
+    );
+}

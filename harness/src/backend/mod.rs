@@ -73,6 +73,20 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
     };
     Ok(match scenario.cluster.backend {
         BackendKind::Kubernetes => {
+            if let Some(p) = scenario
+                .cluster
+                .kubeconfig
+                .as_deref()
+                .filter(|p| !p.exists())
+            {
+                return Err(scenario
+                    .source
+                    .error_at_key(
+                        "kubeconfig",
+                        format!("cluster.kubeconfig: no such file {}", p.display()),
+                    )
+                    .into());
+            }
             let c = kubernetes::connect::connect(scenario.cluster.kubeconfig.as_deref()).await?;
             Chosen {
                 kind: BackendKind::Kubernetes,
