@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -22,8 +23,8 @@ use super::RUN_LABEL;
 const POD_GRACE: u32 = 2;
 /// How long the whole deletion may take (the bound for "nothing left").
 pub const DELETE_DEADLINE: Duration = Duration::from_secs(60);
-/// How long a deleted, empty namespace is left to its controller before it is
-/// finalized here.
+/// How long a deleted, empty namespace is left to its controller, where one runs,
+/// before it is finalized here.
 const CONTROLLER_WAIT: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(250);
 
@@ -114,9 +115,14 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
         _ => {}
     }
     let deleted_at = Instant::now();
+    let wait = if controller_manager_runs(client).await {
+        CONTROLLER_WAIT
+    } else {
+        Duration::ZERO
+    };
     let mut finalized = false;
     while namespaces.get_opt(ns).await?.is_some() {
-        if !finalized && deleted_at.elapsed() > CONTROLLER_WAIT {
+        if !finalized && deleted_at.elapsed() >= wait {
             finalize(&namespaces, ns).await?;
             finalized = true;
         }
@@ -134,6 +140,19 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
         }
     ));
     Ok(done)
+}
+
+/// Does a kube-controller-manager (which runs the namespace controller) hold its
+/// leader Lease? Without one (the local cluster) nothing will finalize a deleted
+/// namespace, so the harness does it at once instead of waiting for it.
+async fn controller_manager_runs(client: &kube::Client) -> bool {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    match leases.get_opt("kube-controller-manager").await {
+        Ok(Some(l)) => l.spec.and_then(|s| s.holder_identity).is_some(),
+        // Not there, or not ours to read: wait for a controller as if it ran.
+        Ok(None) => false,
+        Err(_) => true,
+    }
 }
 
 /// What the namespace controller does once a namespace is empty: clears its
