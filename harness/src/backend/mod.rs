@@ -5,6 +5,7 @@
 
 pub mod caps;
 pub mod docker;
+pub mod kubernetes;
 pub mod process;
 
 use std::net::SocketAddr;
