@@ -75,6 +75,34 @@ impl Docker {
         }
     }
 
+    /// Removes (forced) every container whose name contains `needle` and does not
+    /// contain `spare`; returns their names. Kubelet's dockershim names a pod's
+    /// containers `k8s_<container>_<pod>_<namespace>_<uid>_<n>`.
+    pub fn remove_named(&self, needle: &str, spare: Option<&str>) -> Result<Vec<String>, String> {
+        let filters = format!(r#"{{"name":[{}]}}"#, Value::String(needle.into()));
+        let path = format!("/containers/json?all=1&filters={}", encode(&filters));
+        let (status, body) = self.request("GET", &path)?;
+        if status != 200 {
+            return Err(format!(
+                "GET /containers/json: {status} {}",
+                String::from_utf8_lossy(&body).trim()
+            ));
+        }
+        let list: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("GET /containers/json: {e}"))?;
+        let mut removed = Vec::new();
+        for c in list.as_array().into_iter().flatten() {
+            let name = c["Names"][0].as_str().unwrap_or("").trim_start_matches('/');
+            if !name.contains(needle) || spare.is_some_and(|s| name.contains(s)) {
+                continue;
+            }
+            let Some(id) = c["Id"].as_str() else { continue };
+            self.delete(name, &format!("/containers/{id}?force=1&v=1"))?;
+            removed.push(name.to_string());
+        }
+        Ok(removed)
+    }
+
     /// One pass over containers, then volumes, then networks with `label`.
     pub fn reap_pass(&self, label: &str, spare: Option<&str>) -> Result<Pass, String> {
         let mut pass = Pass {

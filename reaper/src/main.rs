@@ -20,8 +20,13 @@
 //! `--connect-timeout`, it reaps the `--label` given on its command line, so a
 //! harness killed between starting the reaper and connecting leaves nothing either.
 //! Containers with the `--spare` label (the reaper itself) are left alone.
+//!
+//! `fencecheck-reaper kube …` is the kubernetes backend's reaper instead: a pod
+//! that watches the run's Lease and deletes the run's namespace once the harness
+//! stops renewing it (see `kube.rs`).
 
 mod docker;
+mod kube;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -81,6 +86,9 @@ struct State {
 type Shared = Arc<(Mutex<State>, Condvar)>;
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("kube") {
+        std::process::exit(kube::main(std::env::args().skip(2)));
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

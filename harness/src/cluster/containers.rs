@@ -91,6 +91,47 @@ pub async fn remove_all(d: &Docker) -> Result<(Vec<String>, BTreeSet<String>)> {
     }
 }
 
+/// Removes (forced) the stopped `k8s_*` containers whose name has one of
+/// `needles` (`_<namespace>_`, `_<pod>_<namespace>_`): what is left of pods once
+/// kubelet has stopped them, which it removes only in its once-a-minute garbage
+/// collection. Running ones are left to kubelet. Returns the names removed.
+pub async fn remove_stopped(d: &Docker, needles: &[String]) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let all = d
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().all(true).build(),
+        ))
+        .await
+        .context("docker ps -a")?;
+    for c in all {
+        let running = c
+            .state
+            .as_ref()
+            .is_some_and(|s| format!("{s:?}").eq_ignore_ascii_case("running"));
+        let Some(name) = c
+            .names
+            .into_iter()
+            .flatten()
+            .map(|n| n.trim_start_matches('/').to_string())
+            .find(|n| n.starts_with(PREFIX) && needles.iter().any(|x| n.contains(x)))
+        else {
+            continue;
+        };
+        let Some(id) = c.id else { continue };
+        if running {
+            continue;
+        }
+        let opts = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        if d.remove_container(&id, Some(opts)).await.is_ok() {
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
 /// Removes what kubelet wrote for pods `uids` where it writes it whatever its
 /// root directory: `/var/log/pods/<ns>_<pod>_<uid>/` and the symlinks into it in
 /// `/var/log/containers/`. Returns the directories removed.

@@ -76,6 +76,51 @@ async fn make_client(
     Ok((client, cfg))
 }
 
+/// What the reaper's pod needs to reach the API server as the harness does: the
+/// same server URL (its pod is on the host's network of the harness's node), the
+/// kubeconfig's token and CA.
+pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
+    use base64::Engine;
+    use secrecy::ExposeSecret;
+    let token = c
+        .config
+        .auth_info
+        .token
+        .as_ref()
+        .map(|t| t.expose_secret().to_string())
+        .context(
+            "the kubeconfig's user has no token: the reaper (the dead-man switch after a \
+             SIGKILL) needs one to act for the run",
+        )?;
+    let ca_pem = c
+        .config
+        .root_cert
+        .iter()
+        .flatten()
+        .map(|der| {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = b64
+                .as_bytes()
+                .chunks(64)
+                .map(|l| std::str::from_utf8(l).unwrap_or_default())
+                .collect();
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                lines.join("\n")
+            )
+        })
+        .collect::<String>();
+    Ok(super::reaper::ReaperAccess {
+        server: c.server.trim_end_matches('/').to_string(),
+        token,
+        ca_pem,
+        node: Some(c.node.clone()),
+        host_network: true,
+        docker_socket: Some("/var/run/docker.sock".to_string())
+            .filter(|s| std::path::Path::new(s).exists()),
+    })
+}
+
 /// A client for `config` in the current runtime.
 pub fn client_of(config: &kube::Config) -> Result<kube::Client> {
     kube::Client::try_from(config.clone()).context("Kubernetes client")

@@ -27,6 +27,7 @@
 pub mod connect;
 pub mod namespace;
 pub mod pods;
+pub mod reaper;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -75,6 +76,14 @@ pub struct KubernetesBackend {
     logs: Vec<tokio::task::JoinHandle<()>>,
     /// Still to be deleted (the namespace exists).
     armed: bool,
+    /// The dead-man switch: reaps the run if this process stops renewing its
+    /// Lease (a SIGKILL). Dropped after the guard has run.
+    reaper: Option<reaper::Reaper>,
+    /// The node's Docker engine (the local cluster's kubelet runs its pods there):
+    /// the run's stopped containers are removed from it at the end instead of
+    /// waiting for kubelet's garbage collection.
+    docker: testcontainers::bollard::Docker,
+    run_id: String,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -163,7 +172,25 @@ impl KubernetesBackend {
             paused: HashSet::new(),
             logs: Vec::new(),
             armed: true,
+            reaper: None,
+            docker: engine.docker.clone(),
+            run_id: run_id.clone(),
         };
+        // The reaper first: from here on the run's pods go even if this process is
+        // killed outright.
+        let access = connect::reaper_access(&cluster);
+        let reaper_image = crate::images::reaper_image(&engine.docker, say).await;
+        let started = match (access, reaper_image) {
+            (Ok(a), Ok(i)) => reaper::start(&cluster.client, &ns, &run_id, &a, &i.tag, say).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        match started {
+            Ok(r) => backend.reaper = Some(r),
+            Err(e) => {
+                backend.stop().await;
+                return Err(e.context("the run's reaper did not start"));
+            }
+        }
         say(&format!(
             "starting {n} {svc} {} pod(s){} in namespace {ns} on node {} ({})",
             deploy.version(),
@@ -520,11 +547,56 @@ impl KubernetesBackend {
                 Err(e) => tracing::warn!("kubernetes clean-up of {}: {e:#}", self.ns),
             }
         }
+        // Only once the namespace is gone: were this process killed before, the
+        // reaper would still delete it.
+        if let Some(r) = self.reaper.take() {
+            if self.armed {
+                r.abandon();
+            } else {
+                r.stop(&self.client).await;
+            }
+        }
+        self.remove_stopped_containers().await;
         for h in std::mem::take(&mut self.logs) {
             let _ = tokio::time::timeout(LOG_DRAIN, h).await;
         }
         for p in &self.peer_proxies {
             p.shutdown().await;
+        }
+    }
+}
+
+impl KubernetesBackend {
+    async fn remove_stopped_containers(&self) {
+        remove_stopped_containers(&self.docker, &self.ns, &self.run_id).await;
+    }
+}
+
+/// The run's pods' stopped containers (and the reaper's), which kubelet removes
+/// only in its once-a-minute garbage collection; on a node whose engine is not
+/// this machine's, none are found and kubelet's collection does it.
+async fn remove_stopped_containers(
+    docker: &testcontainers::bollard::Docker,
+    ns: &str,
+    run_id: &str,
+) {
+    {
+        let needles = [
+            format!("_{ns}_"),
+            format!("_{}_{}_", reaper::name(run_id), reaper::HOME),
+        ];
+        let t0 = std::time::Instant::now();
+        // Kubelet may still be stopping the reaper's container: a few passes.
+        while t0.elapsed() < Duration::from_secs(10) {
+            let _ = crate::cluster::containers::remove_stopped(docker, &needles).await;
+            let left = crate::cluster::containers::list(docker)
+                .await
+                .map(|l| l.iter().any(|c| needles.iter().any(|n| c.name.contains(n))))
+                .unwrap_or(false);
+            if !left {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 }
@@ -536,14 +608,18 @@ impl Drop for KubernetesBackend {
         }
         // Dropped without `stop` (an error, a panic, Ctrl-C): the namespace is
         // deleted on a runtime and a client of its own, the run's may be gone.
-        let (config, ns) = (self.config.clone(), self.ns.clone());
+        let (config, ns, run_id) = (self.config.clone(), self.ns.clone(), self.run_id.clone());
         let done = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
                 let client = connect::client_of(&config)?;
-                namespace::delete(&client, &ns).await
+                let done = namespace::delete(&client, &ns).await?;
+                if let Ok(e) = super::docker::engine(super::docker::ENGINE_TIMEOUT).await {
+                    remove_stopped_containers(&e.docker, &ns, &run_id).await;
+                }
+                Ok::<_, anyhow::Error>(done)
             })
         })
         .join();
