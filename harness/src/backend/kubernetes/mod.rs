@@ -49,7 +49,7 @@ pub use super::docker::{ROLE_LABEL, RUN_LABEL};
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 const STORAGE_HOST: &str = "127.0.0.1";
 /// How long `stop` waits for the log streams to end once the pods are gone.
-const LOG_DRAIN: Duration = Duration::from_secs(5);
+const LOG_DRAIN: Duration = Duration::from_secs(2);
 
 /// One pod running one process under the agent.
 struct PodProc {
@@ -294,17 +294,10 @@ impl KubernetesBackend {
                 dead: false,
             });
             pod_names.push(name.clone());
-            let c = std::time::Instant::now();
+            created.push(std::time::Instant::now());
             pods::create(&self.pods, &pod).await.with_context(|| {
                 format!("{svc} member {i} did not start; see {}", log.display())
             })?;
-            created.push((c, std::time::Instant::now()));
-            self.logs.push(pods::stream_log(
-                cluster.streams.clone(),
-                self.ns.clone(),
-                name,
-                log,
-            ));
         }
         let storage_addr = match storage_image {
             None => self.storage_addr.context("no storage")?,
@@ -345,17 +338,10 @@ impl KubernetesBackend {
                     dead: false,
                 });
                 pod_names.push(name.clone());
-                let c = std::time::Instant::now();
+                created.push(std::time::Instant::now());
                 pods::create(&self.pods, &pod)
                     .await
                     .with_context(|| format!("the storage did not start; see {}", log.display()))?;
-                created.push((c, std::time::Instant::now()));
-                self.logs.push(pods::stream_log(
-                    cluster.streams.clone(),
-                    self.ns.clone(),
-                    name,
-                    log,
-                ));
                 self.storage_addr = Some(addr);
                 addr
             }
@@ -365,6 +351,27 @@ impl KubernetesBackend {
         // that fails to start still says what it created.
         if let Ok(j) = serde_json::to_string_pretty(&record) {
             let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
+        }
+        // Every pod was created without waiting: kubelet starts them together.
+        let mut running = Vec::new();
+        for (name, log) in self
+            .members
+            .iter()
+            .map(|m| (m.pod.clone(), m.log.clone()))
+            .chain(self.storage.iter().map(|s| (s.pod.clone(), s.log.clone())))
+            .collect::<Vec<_>>()
+        {
+            pods::running(&self.pods, &name)
+                .await
+                .with_context(|| format!("see {}", log.display()))?;
+            running.push(std::time::Instant::now());
+            // From its start: a stream opened before the container runs is refused.
+            self.logs.push(pods::stream_log(
+                cluster.streams.clone(),
+                self.ns.clone(),
+                name,
+                log,
+            ));
         }
         let mut serving = Vec::new();
         // Each member until it serves; one whose pod ends is said at once.
@@ -394,8 +401,8 @@ impl KubernetesBackend {
         }
         record.ready = pod_names
             .iter()
-            .zip(created.iter().zip(&serving))
-            .map(|(pod, ((c, r), s))| Ready {
+            .zip(created.iter().zip(running.iter().zip(&serving)))
+            .map(|(pod, (c, (r, s)))| Ready {
                 pod: pod.clone(),
                 running_ms: r.duration_since(*c).as_millis() as u64,
                 serving_ms: s.duration_since(*c).as_millis() as u64,
@@ -557,8 +564,17 @@ impl KubernetesBackend {
             }
         }
         self.remove_stopped_containers().await;
-        for h in std::mem::take(&mut self.logs) {
-            let _ = tokio::time::timeout(LOG_DRAIN, h).await;
+        // The pods are gone, so their streams have their last bytes; one that
+        // the API server keeps open anyway is cut after LOG_DRAIN (all at once).
+        let logs = std::mem::take(&mut self.logs);
+        let aborts: Vec<_> = logs.iter().map(|h| h.abort_handle()).collect();
+        if tokio::time::timeout(LOG_DRAIN, futures_util::future::join_all(logs))
+            .await
+            .is_err()
+        {
+            for a in aborts {
+                a.abort();
+            }
         }
         for p in &self.peer_proxies {
             p.shutdown().await;

@@ -129,14 +129,19 @@ pub fn pod(p: &PodSpecIn) -> Pod {
     }
 }
 
-/// Creates the pod and waits until its container runs. A container that cannot
-/// start (an image not on the node, a program that exits) fails at once with the
-/// reason kubelet gives.
+/// Creates the pod (kubelet starts it on its own; [`running`] waits for it).
 pub async fn create(pods: &Api<Pod>, pod: &Pod) -> Result<()> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     pods.create(&PostParams::default(), pod)
         .await
         .with_context(|| format!("create pod {name}"))?;
+    Ok(())
+}
+
+/// Waits until the pod's container runs. A container that cannot start (an image
+/// not on the node, a program that exits) fails at once with kubelet's reason.
+pub async fn running(pods: &Api<Pod>, name: &str) -> Result<()> {
+    let name = name.to_string();
     let t0 = Instant::now();
     loop {
         let p = pods
