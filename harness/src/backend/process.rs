@@ -420,6 +420,27 @@ fn spawn_member(m: &mut Member) -> Result<()> {
     Ok(())
 }
 
+/// fencecheck's storage's flags: where it listens, its log in the run directory
+/// (its state: a restart reads it back), the scenario's fencing and durability.
+/// The same for its process (`fencecheck storage`) and its pod
+/// (`/fencecheck-storage`).
+pub(crate) fn storage_flags(scenario: &Scenario, addr: SocketAddr, run_dir: &Path) -> Vec<String> {
+    let st = &scenario.storage;
+    vec![
+        "--listen".into(),
+        addr.to_string(),
+        "--log".into(),
+        run_dir
+            .join(crate::record::rundir::STORAGE_LOG)
+            .display()
+            .to_string(),
+        "--fencing".into(),
+        st.fencing.as_str().into(),
+        "--durability".into(),
+        st.durability.as_str().into(),
+    ]
+}
+
 /// The storage service: this binary's hidden `storage` subcommand, on a fixed
 /// address and log, so a restart after a kill is the same storage.
 struct StorageSpec {
@@ -432,21 +453,8 @@ impl StorageSpec {
     fn new(scenario: &Scenario, run_dir: &Path) -> Result<StorageSpec> {
         let port = free_port(STORAGE_HOST)?;
         let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
-        let st = &scenario.storage;
-        let args = vec![
-            "storage".to_string(),
-            "--listen".into(),
-            addr.to_string(),
-            "--log".into(),
-            run_dir
-                .join(crate::record::rundir::STORAGE_LOG)
-                .display()
-                .to_string(),
-            "--fencing".into(),
-            st.fencing.as_str().into(),
-            "--durability".into(),
-            st.durability.as_str().into(),
-        ];
+        let mut args = vec!["storage".to_string()];
+        args.extend(storage_flags(scenario, addr, run_dir));
         Ok(StorageSpec {
             addr,
             args,

@@ -304,21 +304,8 @@ impl KubernetesBackend {
             Some(image) => {
                 let port = free_port(STORAGE_HOST)?;
                 let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
-                let st = &scenario.storage;
-                let program = vec![
-                    "/fencecheck-storage".to_string(),
-                    "--listen".into(),
-                    addr.to_string(),
-                    "--log".into(),
-                    run_dir
-                        .join(crate::record::rundir::STORAGE_LOG)
-                        .display()
-                        .to_string(),
-                    "--fencing".into(),
-                    st.fencing.as_str().into(),
-                    "--durability".into(),
-                    st.durability.as_str().into(),
-                ];
+                let mut program = vec!["/fencecheck-storage".to_string()];
+                program.extend(super::process::storage_flags(scenario, addr, run_dir));
                 let name = "storage".to_string();
                 let pod = pods::pod(&pods::PodSpecIn {
                     name: name.clone(),
