@@ -46,14 +46,24 @@ current-context: fencecheck-local
 
 /// A client of the cluster, made from its kubeconfig file.
 pub async fn client(kubeconfig: &Path) -> Result<kube::Client> {
+    client_with(kubeconfig, Some(CALL)).await.map(|(c, _)| c)
+}
+
+/// A client made from any kubeconfig file (its current context), with the
+/// config it was made from; `read_timeout` None for streams that stay quiet.
+pub async fn client_with(
+    kubeconfig: &Path,
+    read_timeout: Option<Duration>,
+) -> Result<(kube::Client, kube::Config)> {
     let kc = Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("cannot read the kubeconfig {}", kubeconfig.display()))?;
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("the kubeconfig {}", kubeconfig.display()))?;
     cfg.connect_timeout = Some(Duration::from_secs(2));
-    cfg.read_timeout = Some(CALL);
-    kube::Client::try_from(cfg).context("Kubernetes client")
+    cfg.read_timeout = read_timeout;
+    let client = kube::Client::try_from(cfg.clone()).context("Kubernetes client")?;
+    Ok((client, cfg))
 }
 
 /// The node's Ready condition: (status, "reason: message"), None when the node

@@ -13,7 +13,6 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// A call's own limit: an API server that stopped answering must not hang the run.
 const CALL: Duration = Duration::from_secs(10);
@@ -59,21 +58,6 @@ pub fn kubeconfig(given: Option<&Path>) -> Result<(PathBuf, String)> {
         "backend \"kubernetes\": no kubeconfig: set [cluster] kubeconfig or KUBECONFIG, \
          have ~/.kube/config, or start the local cluster with `fencecheck cluster up`"
     )
-}
-
-async fn make_client(
-    path: &Path,
-    read_timeout: Option<Duration>,
-) -> Result<(kube::Client, kube::Config)> {
-    let kc = Kubeconfig::read_from(path)
-        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("the kubeconfig {}", path.display()))?;
-    cfg.connect_timeout = Some(Duration::from_secs(3));
-    cfg.read_timeout = read_timeout;
-    let client = kube::Client::try_from(cfg.clone()).context("Kubernetes client")?;
-    Ok((client, cfg))
 }
 
 /// What the reaper's pod needs to reach the API server as the harness does: the
@@ -152,8 +136,8 @@ pub async fn connect(given: Option<&Path>) -> Result<Cluster> {
             path.display()
         );
     }
-    let (client, config) = make_client(&path, Some(CALL)).await?;
-    let (streams, _) = make_client(&path, None).await?;
+    let (client, config) = crate::cluster::api::client_with(&path, Some(CALL)).await?;
+    let (streams, _) = crate::cluster::api::client_with(&path, None).await?;
     let server = config.cluster_url.to_string();
     let version = match tokio::time::timeout(CALL, client.apiserver_version()).await {
         Ok(Ok(v)) => v.git_version,
