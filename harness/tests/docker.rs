@@ -432,14 +432,23 @@ fn clean_leaves_a_run_in_progress_alone() {
     let _g = serial();
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");
-    let (mut child, id) = start_pause_on_docker(&out, &["--duration", "12s"]);
+    // 12 s leave room for one pause; aimed (between the holder's read and its
+    // write), that one pause is sure to make the stale write `pause.toml`
+    // expects (a time-based one hits a holder between holds now and then: CI saw
+    // it fail the run).
+    let (mut child, id) = start_pause_on_docker(&out, &["--duration", "12s", "--aim"]);
     let o = bin().arg("clean").output().expect("clean");
     assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("in progress") && text.contains(&id), "{text}");
     assert!(!leftovers_of(&id).is_empty(), "clean removed the live run");
     let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(0), "the run beside clean must pass");
+    let report = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the run beside clean must pass: {report}"
+    );
     assert_run_left_nothing(&out, "after the run beside clean");
 }
 
