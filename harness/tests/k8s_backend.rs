@@ -134,6 +134,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     let kubeconfig = dir.join("kubeconfig");
     let rt = runtime();
     let work = tempfile::tempdir().expect("tmp");
+    refusals_on_the_cluster(&rt, &kubeconfig, work.path());
     let mut times = BTreeMap::new();
     for name in [
         "pause",
@@ -183,6 +184,192 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     );
     eprintln!("k8s_backend: wall time per scenario (s): {times:?}");
     down(&dir, &mut guard);
+}
+
+/// The namespaces whose names start with `fencecheck-` (a run's).
+fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String> {
+    rt.block_on(async {
+        let client = fencecheck::cluster::api::client(kubeconfig)
+            .await
+            .expect("client");
+        let nss: Api<Namespace> = Api::all(client);
+        nss.list(&ListParams::default())
+            .await
+            .expect("list namespaces")
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .filter(|n| n.starts_with("fencecheck-"))
+            .collect()
+    })
+}
+
+/// Refusals that need a cluster, each exit 2 with its reason and nothing
+/// created: a node that is not this machine (a Node object registered through
+/// the API, as another machine's kubelet would: another boot id, containerd) and
+/// one that does not exist, both named by `[cluster] node`; a user whom RBAC
+/// denies one verb the run needs (a service account of the cluster, its token
+/// from the TokenRequest API, bound to a role with every needed verb but
+/// `create pods/exec`).
+fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path) {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams, PostParams};
+    let before = run_namespaces(rt, kubeconfig);
+    let token = rt.block_on(async {
+        let client = fencecheck::cluster::api::client(kubeconfig)
+            .await
+            .expect("client");
+        let pp = PostParams::default();
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "elsewhere" }
+        }))
+        .expect("node");
+        nodes
+            .create(&pp, &node)
+            .await
+            .expect("create node elsewhere");
+        let status = serde_json::json!({ "status": {
+            "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
+            "nodeInfo": {
+                "bootID": "00000000-0000-0000-0000-000000000000",
+                "containerRuntimeVersion": "containerd://1.6.4",
+                "architecture": "amd64", "operatingSystem": "linux", "kernelVersion": "",
+                "osImage": "", "kubeletVersion": "v1.20.2", "kubeProxyVersion": "",
+                "machineID": "", "systemUUID": "",
+            },
+        }});
+        nodes
+            .patch_status("elsewhere", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("node elsewhere Ready");
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": "limited" } }))
+                .expect("ns");
+        nss.create(&pp, &ns)
+            .await
+            .expect("create namespace limited");
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "limited");
+        let sa: ServiceAccount =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": "runner" } }))
+                .expect("sa");
+        sas.create(&pp, &sa).await.expect("create service account");
+        // Every verb the backend asks for, but exec into its pods.
+        let rules: Vec<Value> = fencecheck::backend::kubernetes::connect::NEEDED
+            .iter()
+            .filter(|(verb, _, _, sub, _)| !(*verb == "create" && *sub == "exec"))
+            .map(|(verb, group, resource, sub, _)| {
+                let r = if sub.is_empty() {
+                    resource.to_string()
+                } else {
+                    format!("{resource}/{sub}")
+                };
+                serde_json::json!({ "apiGroups": [group], "resources": [r], "verbs": [verb] })
+            })
+            .collect();
+        let role: ClusterRole = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "fencecheck-no-exec" }, "rules": rules
+        }))
+        .expect("role");
+        Api::<ClusterRole>::all(client.clone())
+            .create(&pp, &role)
+            .await
+            .expect("create role");
+        let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "fencecheck-no-exec" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "fencecheck-no-exec" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "runner", "namespace": "limited" }],
+        }))
+        .expect("binding");
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&pp, &binding)
+            .await
+            .expect("create binding");
+        let req: TokenRequest = serde_json::from_value(serde_json::json!({
+            "spec": { "audiences": [], "expirationSeconds": 3600 }
+        }))
+        .expect("token request");
+        sas.create_token_request("runner", &pp, &req)
+            .await
+            .expect("token request")
+            .status
+            .expect("token")
+            .token
+    });
+    let refused = |scenario: &Path, kc: &Path, extra: &[&str], want: &[&str]| {
+        let out = work.join(format!("refused-{}", want[0].len()));
+        let o = bin()
+            .env("KUBECONFIG", kc)
+            .arg("scenario")
+            .arg(scenario)
+            .args(extra)
+            .args(["--quiet", "--out"])
+            .arg(&out)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{want:?}: {}", explain(&o));
+        for w in want {
+            assert!(err.contains(w), "{w:?} not in {err}");
+        }
+        assert!(
+            !out.join("worker-0.jsonl").exists(),
+            "{want:?} started a run"
+        );
+    };
+    for (node, want) in [
+        (
+            "elsewhere",
+            &[":4:", "node elsewhere is not this machine", "registry"][..],
+        ),
+        (
+            "nowhere",
+            &[":4:", "cluster.node", "no node \"nowhere\"", "localhost"][..],
+        ),
+    ] {
+        let file = work.join(format!("{node}.toml"));
+        std::fs::write(
+            &file,
+            format!("name = \"{node}\"\n[cluster]\nbackend = \"kubernetes\"\nnode = \"{node}\"\n"),
+        )
+        .expect("write");
+        refused(&file, kubeconfig, &[], want);
+    }
+    // The same cluster and CA, the service account's token.
+    let admin = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let line = admin
+        .lines()
+        .find(|l| l.trim_start().starts_with("token:"))
+        .expect("a token line");
+    let limited = work.join("limited-kubeconfig");
+    std::fs::write(
+        &limited,
+        admin.replace(line, &format!("    token: {token}")),
+    )
+    .expect("write");
+    refused(
+        Path::new("scenarios/pause.toml"),
+        &limited,
+        &["--backend", "kubernetes"],
+        &["may not create pods/exec", "limited-kubeconfig"],
+    );
+    assert_eq!(
+        run_namespaces(rt, kubeconfig),
+        before,
+        "a refused run created a namespace"
+    );
+    rt.block_on(async {
+        let client = fencecheck::cluster::api::client(kubeconfig)
+            .await
+            .expect("client");
+        let _ = Api::<k8s_openapi::api::core::v1::Node>::all(client)
+            .delete("elsewhere", &Default::default())
+            .await;
+    });
 }
 
 /// Starts `scenario` on kubernetes and returns once `ready` holds of the run

@@ -87,7 +87,20 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
                     )
                     .into());
             }
-            let c = kubernetes::connect::connect(scenario.cluster.kubeconfig.as_deref()).await?;
+            let c = kubernetes::connect::connect(
+                scenario.cluster.kubeconfig.as_deref(),
+                scenario.cluster.node.as_deref(),
+            )
+            .await
+            .map_err(
+                |e| match e.downcast_ref::<kubernetes::connect::NodeError>() {
+                    // Said at the scenario's line when it named the node.
+                    Some(n) if scenario.cluster.node.is_some() => {
+                        anyhow::Error::from(scenario.source.error_at_key("node", n.0.clone()))
+                    }
+                    _ => e,
+                },
+            )?;
             Chosen {
                 kind: BackendKind::Kubernetes,
                 reason: format!(

@@ -117,6 +117,10 @@ pub struct Cluster {
     /// `~/.kube/config`, then the local cluster's (`fencecheck cluster up`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubernetes backend's node for every pod of the run; unset: the node
+    /// that is this machine (named `localhost` or as this host, or the only one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl Default for Cluster {
@@ -126,6 +130,7 @@ impl Default for Cluster {
             version: None,
             backend: BackendKind::default(),
             kubeconfig: None,
+            node: None,
         }
     }
 }

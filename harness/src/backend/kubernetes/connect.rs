@@ -127,8 +127,22 @@ pub const NEEDED: &[(&str, &str, &str, &str, bool)] = &[
     ("create", "", "pods", "exec", true),
 ];
 
-/// Finds the cluster and checks it can run this run's pods.
-pub async fn connect(given: Option<&Path>) -> Result<Cluster> {
+/// Something wrong with the node the run's pods would go to, said at
+/// `[cluster] node` when the scenario names it.
+#[derive(Debug)]
+pub struct NodeError(pub String);
+
+impl std::fmt::Display for NodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// Finds the cluster and checks it can run this run's pods; `node` is the
+/// scenario's `[cluster] node`.
+pub async fn connect(given: Option<&Path>, node: Option<&str>) -> Result<Cluster> {
     let (path, source) = kubeconfig(given)?;
     if !path.exists() {
         bail!(
@@ -169,7 +183,7 @@ pub async fn connect(given: Option<&Path>) -> Result<Cluster> {
             );
         }
     }
-    let node = this_node(&client).await?;
+    let node = this_node(&client, node).await?;
     Ok(Cluster {
         client,
         streams,
@@ -214,10 +228,12 @@ async fn allowed(
 }
 
 /// The node the run's pods go to. They use the host's network and the harness
-/// reaches them on loopback addresses, as its own processes, so it is the node the
-/// harness runs on: the local cluster's (`fencecheck cluster up`), or a cluster's
-/// node named as this machine, or its only node.
-async fn this_node(client: &kube::Client) -> Result<String> {
+/// reaches them on loopback addresses, as its own processes, and their images are
+/// built on this machine's Docker engine (no registry): so it is the node the
+/// harness runs on — `wanted` (`[cluster] node`), else the local cluster's
+/// (`fencecheck cluster up`), a node named as this machine, or the only node —
+/// and it must be Ready, this machine, and run its pods on Docker.
+async fn this_node(client: &kube::Client, wanted: Option<&str>) -> Result<String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
         .list(&ListParams::default())
@@ -228,37 +244,101 @@ async fn this_node(client: &kube::Client) -> Result<String> {
         .iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect();
+    let listed = if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let pick = names
-        .iter()
-        .find(|n| n.as_str() == crate::cluster::NODE || **n == host)
-        .cloned()
-        .or_else(|| (names.len() == 1).then(|| names[0].clone()));
-    let Some(node) = pick else {
-        bail!(
-            "backend \"kubernetes\": no node of the cluster is this machine (nodes: {}; this \
-             machine: {host}): the backend's pods use the host's network of the harness's own \
-             node; running them on other nodes is not built yet",
-            if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            }
-        );
+    let pick = match wanted {
+        Some(w) => names.iter().find(|n| n.as_str() == w).cloned(),
+        None => names
+            .iter()
+            .find(|n| n.as_str() == crate::cluster::NODE || **n == host)
+            .cloned()
+            .or_else(|| (names.len() == 1).then(|| names[0].clone())),
+    };
+    let node = match (pick, wanted) {
+        (Some(n), _) => n,
+        (None, Some(w)) => {
+            return Err(NodeError(format!(
+                "cluster.node: the cluster has no node {w:?} (nodes: {listed})"
+            ))
+            .into())
+        }
+        (None, None) => bail!(
+            "backend \"kubernetes\": no node of the cluster is this machine (nodes: {listed}; \
+             this machine: {host}): the backend's pods use the host's network of the \
+             harness's own node; running them on other nodes is not built yet"
+        ),
     };
     let n = list
         .items
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
-    let ready = n
-        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+    let status = n.and_then(|n| n.status.as_ref());
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.status == "True")
         .unwrap_or(false);
     if !ready {
-        bail!("backend \"kubernetes\": node {node} is not Ready");
+        return Err(NodeError(format!("backend \"kubernetes\": node {node} is not Ready")).into());
+    }
+    let info = status.and_then(|s| s.node_info.as_ref());
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_string())
+        .unwrap_or_default();
+    let node_boot = info.map(|i| i.boot_id.as_str()).unwrap_or_default();
+    let runtime = info
+        .map(|i| i.container_runtime_version.as_str())
+        .unwrap_or_default();
+    if let Some(why) = not_here(&boot, node_boot, runtime) {
+        return Err(NodeError(format!(
+            "backend \"kubernetes\": node {node} {why}: the run's images are built on this \
+             machine's Docker engine and would not be on it (pushing them to a registry, \
+             [cluster] registry, is not built), and its pods could not reach the harness on \
+             loopback addresses"
+        ))
+        .into());
     }
     Ok(node)
+}
+
+/// Why a node with boot id `node_boot` and container runtime `runtime` is not
+/// this machine's Docker engine, if it is not. The same boot id means the same
+/// kernel (a node in a container on this machine, like kind's, has it too), so the
+/// runtime must be Docker as well: kubelet's dockershim sees the engine's images.
+fn not_here(boot: &str, node_boot: &str, runtime: &str) -> Option<String> {
+    if node_boot.is_empty() || node_boot != boot {
+        return Some(format!(
+            "is not this machine (its boot id {node_boot:?}, this machine's {boot:?})"
+        ));
+    }
+    if !runtime.starts_with("docker://") {
+        return Some(format!(
+            "runs its pods on {runtime:?}, not on this machine's Docker engine"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_here;
+
+    #[test]
+    fn only_a_docker_node_with_this_boot_id_is_here() {
+        assert_eq!(not_here("b1", "b1", "docker://20.10.5"), None);
+        let other = not_here("b1", "b2", "docker://20.10.5").expect("another machine");
+        assert!(
+            other.contains("is not this machine") && other.contains("b2"),
+            "{other}"
+        );
+        assert!(not_here("b1", "", "docker://20.10.5").is_some());
+        let kind = not_here("b1", "b1", "containerd://1.6.4").expect("containerd");
+        assert!(kind.contains("containerd://1.6.4"), "{kind}");
+    }
 }
