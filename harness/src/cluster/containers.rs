@@ -96,6 +96,17 @@ pub async fn remove_all(d: &Docker) -> Result<(Vec<String>, BTreeSet<String>)> {
 /// kubelet has stopped them, which it removes only in its once-a-minute garbage
 /// collection. Running ones are left to kubelet. Returns the names removed.
 pub async fn remove_stopped(d: &Docker, needles: &[String]) -> Result<Vec<String>> {
+    remove_matching(d, needles, false).await
+}
+
+/// Removes (forced) the `k8s_*` containers whose name has one of `needles`,
+/// running ones too when `running_too` (a pod deleted with grace 0, which kubelet
+/// would only stop after its own delay). Returns the names removed.
+pub async fn remove_matching(
+    d: &Docker,
+    needles: &[String],
+    running_too: bool,
+) -> Result<Vec<String>> {
     let mut removed = Vec::new();
     let all = d
         .list_containers(Some(
@@ -118,7 +129,7 @@ pub async fn remove_stopped(d: &Docker, needles: &[String]) -> Result<Vec<String
             continue;
         };
         let Some(id) = c.id else { continue };
-        if running {
+        if running && !running_too {
             continue;
         }
         let opts = RemoveContainerOptionsBuilder::default()

@@ -96,12 +96,31 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
             Err(e) => return Err(e).with_context(|| format!("delete pod {ns}/{n}")),
         }
     }
-    // Kubelet removes a pod's object once its containers are gone: so an empty
-    // list means no container of the run is left either.
+    // Kubelet says a container has terminated within a second or so, but removes
+    // the pod's object only some 8 s later (its status sync): a pod whose every
+    // container has terminated is deleted at once (grace 0) instead, so an empty
+    // list means no container of the run runs. Their stopped containers are
+    // kubelet's garbage (the backend removes them where the node's engine is
+    // this machine's).
+    let grace0 = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
     loop {
-        let left = pods.list(&ListParams::default()).await?.items.len();
+        let listed = pods.list(&ListParams::default()).await?.items;
+        let left = listed.len();
         if left == 0 {
             break;
+        }
+        for p in listed.iter().filter(|p| all_terminated(p)) {
+            if let Some(n) = &p.metadata.name {
+                match pods.delete(n, &grace0).await {
+                    Err(e) if !not_found(&e) => {
+                        return Err(e).with_context(|| format!("delete pod {ns}/{n} (grace 0)"))
+                    }
+                    _ => {}
+                }
+            }
         }
         if t0.elapsed() > DELETE_DEADLINE {
             bail!("{left} pod(s) of namespace {ns} still there after {DELETE_DEADLINE:?}");
@@ -140,6 +159,22 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
         }
     ));
     Ok(done)
+}
+
+/// Has kubelet seen every container of `p` terminated (and was it told to stop
+/// them: the pod is being deleted)?
+fn all_terminated(p: &Pod) -> bool {
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    p.metadata.deletion_timestamp.is_some()
+        && statuses.is_some_and(|cs| {
+            !cs.is_empty()
+                && cs
+                    .iter()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        })
 }
 
 /// Does a kube-controller-manager (which runs the namespace controller) hold its
