@@ -176,6 +176,29 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
     ensure(docker, &tag, name, &ctx, say).await
 }
 
+/// The kubernetes backend's worker image (`fencecheck/worker-pod:<hash>`): this
+/// very fencecheck binary at its path on this machine with the libraries `ldd`
+/// lists, the static in-pod agent at `/fencecheck-agent` (the pod's entry point,
+/// the worker under it), and clockshim at its path when it is built (a worker's
+/// clock jump preloads it, as on the other backends). Rebuilt whenever the binary
+/// changes (the hash is of the content).
+pub async fn worker_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+    const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\n";
+    let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
+    let mut ctx = tokio::task::block_in_place(|| program_context(&exe, DOCKERFILE))?;
+    let agent = tokio::task::block_in_place(|| static_binary("fencecheck-agent", say))?;
+    add_file(&mut ctx.files, Path::new(AGENT_PATH), &agent)?;
+    let shim = crate::clockshim::path();
+    if shim.is_file() {
+        add_file(&mut ctx.files, &shim, &shim)?;
+    }
+    let tag = format!("fencecheck/worker-pod:{}", ctx.hash());
+    ensure(docker, &tag, "worker-pod", &ctx, say).await
+}
+
+/// Where the in-pod agent is in the kubernetes backend's images.
+const AGENT_PATH: &str = "/fencecheck-agent";
+
 /// The pod sandbox image of the local Kubernetes cluster (`fencecheck cluster
 /// up`): kubelet's `--pod-infra-container-image`, which it would otherwise pull
 /// from a registry. It holds `bin`, the tree's `build/pause/linux/pause.c` built

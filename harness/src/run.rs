@@ -242,6 +242,10 @@ async fn drive(
     links: Arc<Links>,
 ) -> Result<(), RunError> {
     let plan = nemesis::plan(run.s, run.seed);
+    let worker_clocks = worker_clocks(run)?;
+    // Workers as pods are created before the run's clock starts, and wait at
+    // their gate: a pod takes seconds to start.
+    let pods = start_pod_workers(run, dep, &links, &backend, &worker_clocks).await?;
     let start_ns = monotonic_ns();
     let end_ns = start_ns + run.s.duration.as_nanos() as u64;
     write_run_info(run, dep, &plan, start_ns, end_ns)?;
@@ -250,8 +254,16 @@ async fn drive(
         .connect(dep.service, &dep.clients, dep.access.as_ref())
         .await?;
     let observer = Observer::start(service.clone(), &run.dir)?;
-    let worker_clocks = worker_clocks(run)?;
-    let mut workers = start_workers(run, dep, &links, end_ns, &worker_clocks)?;
+    let mut workers: Vec<WorkerProc> = match pods {
+        Some(pods) => {
+            open_gate(&run.dir, end_ns)?;
+            pods.into_iter().map(WorkerProc::Pod).collect()
+        }
+        None => start_workers(run, dep, &links, end_ns, &worker_clocks)?
+            .into_iter()
+            .map(WorkerProc::Local)
+            .collect(),
+    };
     let world = World {
         service,
         members: dep.clients.len(),
@@ -382,6 +394,161 @@ fn worker_clocks(run: &Run<'_>) -> Result<HashMap<u32, PathBuf>> {
     Ok(out)
 }
 
+/// A worker: a process of this machine, or a pod's (the kubernetes backend).
+enum WorkerProc {
+    Local(Child),
+    Pod(crate::backend::kubernetes::workers::PodWorker),
+}
+
+impl WorkerProc {
+    fn pid(&self) -> u32 {
+        match self {
+            WorkerProc::Local(c) => c.pid(),
+            WorkerProc::Pod(p) => p.pid(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            WorkerProc::Local(c) => &c.name,
+            WorkerProc::Pod(p) => &p.name,
+        }
+    }
+
+    async fn stop(&mut self, grace: Duration) {
+        match self {
+            WorkerProc::Local(c) => c.stop(grace).await,
+            WorkerProc::Pod(p) => p.stop(grace).await,
+        }
+    }
+
+    /// Did it end on its own within `deadline`?
+    async fn wait_timeout(&mut self, deadline: Duration) -> bool {
+        match self {
+            WorkerProc::Local(c) => c.wait_timeout(deadline).await.is_some(),
+            WorkerProc::Pod(p) => p.wait_timeout(deadline).await,
+        }
+    }
+}
+
+/// The environment a worker runs with: clockshim preloaded where the scenario
+/// steps its clock (the adapter it starts inherits it).
+fn worker_env(clocks: &HashMap<u32, PathBuf>, id: u32) -> Vec<(String, String)> {
+    match clocks.get(&id) {
+        Some(file) => vec![
+            (
+                "LD_PRELOAD".to_string(),
+                crate::clockshim::path().display().to_string(),
+            ),
+            (
+                crate::clockshim::OFFSET_ENV.to_string(),
+                file.display().to_string(),
+            ),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// On the kubernetes backend, the workers as pods, gated (`None` elsewhere, and
+/// for a scenario with a lock client of its own, `[client]`: its adapter needs
+/// its language's runtime, which the worker image does not hold, so those
+/// workers stay processes of this machine).
+async fn start_pod_workers(
+    run: &Run<'_>,
+    dep: &Deployment,
+    links: &Links,
+    backend: &tokio::sync::Mutex<Backend>,
+    clocks: &HashMap<u32, PathBuf>,
+) -> Result<Option<Vec<crate::backend::kubernetes::workers::PodWorker>>> {
+    let mut b = backend.lock().await;
+    let Backend::Kubernetes(k) = &mut *b else {
+        return Ok(None);
+    };
+    if run.s.client.is_some() {
+        run.say("the workers run as processes of this machine: a [client] adapter is not in the worker image");
+        return Ok(None);
+    }
+    let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
+    let gate = run.dir.join(rundir::WORKER_GATE);
+    let mut launches = Vec::new();
+    for id in 0..run.s.workload.workers {
+        let mut cfg = worker_config(run, dep, links, id, 0);
+        cfg.start_gate = Some(gate.clone());
+        launches.push(crate::backend::kubernetes::workers::Launch {
+            id,
+            program: vec![
+                exe.display().to_string(),
+                "worker".into(),
+                "--config".into(),
+                serde_json::to_string(&cfg).context("worker config")?,
+            ],
+            env: worker_env(clocks, id),
+            log: rundir::worker_log(&run.dir, id),
+        });
+    }
+    let say = |m: &str| run.say(m);
+    k.start_workers(launches, &say).await.map(Some)
+}
+
+/// Lets the gated workers go: the run's end time, written whole at once.
+fn open_gate(run_dir: &Path, end_ns: u64) -> Result<()> {
+    let gate = run_dir.join(rundir::WORKER_GATE);
+    let tmp = run_dir.join(format!("{}.tmp", rundir::WORKER_GATE));
+    std::fs::write(&tmp, format!("{end_ns}\n"))
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &gate).with_context(|| format!("cannot write {}", gate.display()))
+}
+
+fn worker_config(
+    run: &Run<'_>,
+    dep: &Deployment,
+    links: &Links,
+    id: u32,
+    end_ns: u64,
+) -> WorkerConfig {
+    let s = run.s;
+    WorkerConfig {
+        id,
+        lock: ClientConfig {
+            service: dep.service,
+            endpoints: {
+                let all = links.service_endpoints(id);
+                let reach = crate::systems::system(dep.service).client_members(all.len());
+                all.get(reach).map(<[String]>::to_vec).unwrap_or_default()
+            },
+            ttl: s.lock.ttl,
+            worker: id,
+            token: s.storage.token.mode(),
+            behaviour: s
+                .client
+                .as_ref()
+                .map(|c| c.behaviour)
+                .unwrap_or(s.workload.behaviour),
+            external: s.client.as_ref().map(|c| ExternalConfig {
+                command: c.command.clone(),
+                token: c.token.clone(),
+                no_token: s.storage.token == crate::scenario::TokenName::None,
+                log: rundir::client_log(&run.dir, id),
+            }),
+            access: dep.access.clone(),
+            renew_deadline: Some(s.lock.renew_deadline()),
+            retry_period: Some(s.lock.retry_period()),
+        },
+        resource: run
+            .resource
+            .reach(links.worker_storage[id as usize].local_addr()),
+        token: s.storage.token.mode(),
+        keys: s.workload.keys,
+        ops_per_hold: s.workload.ops_per_hold,
+        hold_min_ms: s.workload.hold.min.as_millis() as u64,
+        hold_max_ms: s.workload.hold.max.as_millis() as u64,
+        seed: run.seed,
+        events: rundir::worker_events(&run.dir, id),
+        end_ns,
+        start_gate: None,
+    }
+}
+
 fn start_workers(
     run: &Run<'_>,
     dep: &Deployment,
@@ -389,58 +556,15 @@ fn start_workers(
     end_ns: u64,
     clocks: &HashMap<u32, PathBuf>,
 ) -> Result<Vec<Child>> {
-    let s = run.s;
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
     let mut workers = Vec::new();
-    for id in 0..s.workload.workers {
-        let cfg = WorkerConfig {
-            id,
-            lock: ClientConfig {
-                service: dep.service,
-                endpoints: {
-                    let all = links.service_endpoints(id);
-                    let reach = crate::systems::system(dep.service).client_members(all.len());
-                    all.get(reach).map(<[String]>::to_vec).unwrap_or_default()
-                },
-                ttl: s.lock.ttl,
-                worker: id,
-                token: s.storage.token.mode(),
-                behaviour: s
-                    .client
-                    .as_ref()
-                    .map(|c| c.behaviour)
-                    .unwrap_or(s.workload.behaviour),
-                external: s.client.as_ref().map(|c| ExternalConfig {
-                    command: c.command.clone(),
-                    token: c.token.clone(),
-                    no_token: s.storage.token == crate::scenario::TokenName::None,
-                    log: rundir::client_log(&run.dir, id),
-                }),
-                access: dep.access.clone(),
-                renew_deadline: Some(s.lock.renew_deadline()),
-                retry_period: Some(s.lock.retry_period()),
-            },
-            resource: run
-                .resource
-                .reach(links.worker_storage[id as usize].local_addr()),
-            token: s.storage.token.mode(),
-            keys: s.workload.keys,
-            ops_per_hold: s.workload.ops_per_hold,
-            hold_min_ms: s.workload.hold.min.as_millis() as u64,
-            hold_max_ms: s.workload.hold.max.as_millis() as u64,
-            seed: run.seed,
-            events: rundir::worker_events(&run.dir, id),
-            end_ns,
-        };
+    for id in 0..run.s.workload.workers {
+        let cfg = worker_config(run, dep, links, id, end_ns);
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("worker")
             .arg("--config")
             .arg(serde_json::to_string(&cfg).context("worker config")?);
-        // The adapter the worker starts inherits both.
-        if let Some(file) = clocks.get(&id) {
-            cmd.env("LD_PRELOAD", crate::clockshim::path())
-                .env(crate::clockshim::OFFSET_ENV, file);
-        }
+        cmd.envs(worker_env(clocks, id));
         workers.push(spawn(
             &format!("worker {id}"),
             cmd,
@@ -494,7 +618,7 @@ async fn heal_phase(
     run: &Run<'_>,
     nem: &Nemesis,
     nem_task: tokio::task::JoinHandle<()>,
-    workers: &mut [Child],
+    workers: &mut [WorkerProc],
 ) {
     let _ = tokio::time::timeout(Duration::from_secs(10), nem_task).await;
     let restarted = nem.heal_all().await;
@@ -505,8 +629,8 @@ async fn heal_phase(
     let grace_end = tokio::time::Instant::now() + WORKER_GRACE;
     for w in workers.iter_mut() {
         let left = grace_end.saturating_duration_since(tokio::time::Instant::now());
-        if w.wait_timeout(left).await.is_none() {
-            tracing::warn!("{} did not finish in time; killing it", w.name);
+        if !w.wait_timeout(left).await {
+            tracing::warn!("{} did not finish in time; killing it", w.name());
             w.stop(Duration::ZERO).await;
         }
     }

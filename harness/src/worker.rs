@@ -28,7 +28,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,36 @@ pub struct WorkerConfig {
     pub events: PathBuf,
     /// `CLOCK_MONOTONIC` time at which to stop starting new holds.
     pub end_ns: u64,
+    /// Where the worker runs in a pod (the kubernetes backend), it is created
+    /// before the run starts and waits for this file, which holds the run's
+    /// `end_ns` (it overrides the one above): all start together once every pod
+    /// runs, and the run's clock starts then, not a pod start earlier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_gate: Option<PathBuf>,
+}
+
+/// How long a gated worker waits for its gate before it gives up.
+const GATE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Waits for `gate` to exist and returns the `end_ns` written in it.
+async fn wait_gate(gate: &std::path::Path) -> Result<u64> {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(gate) {
+            return text.trim().parse::<u64>().with_context(|| {
+                format!(
+                    "the start gate {} holds no end time: {text:?}",
+                    gate.display()
+                )
+            });
+        }
+        anyhow::ensure!(
+            t0.elapsed() < GATE_DEADLINE,
+            "the start gate {} did not open within {GATE_DEADLINE:?}",
+            gate.display()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 struct Worker {
@@ -75,7 +105,10 @@ enum HoldOutcome {
     Retry,
 }
 
-pub async fn run(cfg: WorkerConfig) -> Result<()> {
+pub async fn run(mut cfg: WorkerConfig) -> Result<()> {
+    if let Some(gate) = cfg.start_gate.clone() {
+        cfg.end_ns = wait_gate(&gate).await?;
+    }
     let log = Log::new(Process::Worker(cfg.id), EventWriter::create(&cfg.events)?);
     let lock = crate::systems::connect_client(&cfg.lock).await?;
     let storage = cfg.resource.open(Duration::from_secs(2))?;

@@ -3,8 +3,8 @@
 //! reached through `KUBECONFIG`, as a user without a cluster would:
 //!
 //! - the acceptance scenarios (`pause`, `zk-pause`, `redis-pause`, `kill` with 3
-//!   members and leader kills, `k8s-lease-pause`) with `--backend kubernetes`
-//!   meet every expectation of theirs — the process backend's verdicts, which the
+//!   members and leader kills, `k8s-lease-pause`) with `--backend kubernetes`,
+//!   members, storage and workers as pods, meet every expectation of theirs — the process backend's verdicts, which the
 //!   other test files check there — with `run.backend = "kubernetes"`, every
 //!   fault confirmed in the pod, and nothing of a run left after it;
 //! - Ctrl-C while a member's pod is frozen: exit 2, nothing of the run left
@@ -164,6 +164,19 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
             k["pods"].as_array().is_some_and(|p| !p.is_empty()),
             "{name}: {k}"
         );
+        // The workers ran as pods, one each, found on this machine by pid.
+        let workers = k["workers"].as_array().cloned().unwrap_or_default();
+        let want = history(&out)
+            .iter()
+            .filter_map(|e| e["process"].as_u64())
+            .max()
+            .map_or(0, |m| m + 1);
+        assert!(want > 0, "{name}: no worker recorded anything");
+        assert_eq!(workers.len() as u64, want, "{name}: {k}");
+        for (i, w) in workers.iter().enumerate() {
+            assert_eq!(w["pod"], format!("worker-{i}"), "{name}: {k}");
+            assert!(n(&w["pid"]) > 1, "{name}: {w}");
+        }
         // The members' output came through the API's log stream.
         let log = std::fs::read_dir(&out)
             .expect("run dir")

@@ -248,7 +248,10 @@ async fn holder(n: &Nemesis) -> Result<Victim> {
             let h = holders.choose(&mut *rng).context("no holder")?;
             return Ok(Victim {
                 worker: h.worker,
-                pid: h.pid,
+                // The pid the harness started (or found) for that worker: the one
+                // the worker registered with the service is its own view, which
+                // in a pod is its PID namespace's, not this machine's.
+                pid: n.world.workers.get(&h.worker).copied().unwrap_or(h.pid),
                 lease: Some(h.session),
                 revision: Some(h.grant),
                 key: Some(h.key.clone()),

@@ -29,6 +29,8 @@ pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
 /// What the docker backend created for the run.
 pub const DOCKER_JSON: &str = "docker.json";
+/// Workers in pods wait for this file (holding the run's end time) to start.
+pub const WORKER_GATE: &str = "workers.start";
 /// `[storage] kind = "postgres"`: the database's own output (initdb's too).
 pub const PG_LOG: &str = "postgres.log";
 /// `[storage] kind = "postgres"`: its data directory, or a link to one the

@@ -13,9 +13,12 @@
 //!   `imagePullPolicy: Never`).
 //! - fencecheck's storage is a pod too (`images::agent_storage_image`), writing
 //!   `storage.jsonl` straight into the run directory.
-//! - The workers stay processes of the harness's machine, as on the docker
-//!   backend: their events are written where they run, as they happen.
-//! - Faults: pause, kill and restart of a member or the storage are the agent's
+//! - Each worker is a pod too (`workers.rs`), started at a gate once every pod
+//!   runs, writing its events straight into the run directory as they happen;
+//!   a scenario's own lock-client adapter (`[client]`) keeps its workers
+//!   processes of this machine (its runtime is not in the worker image).
+//! - Faults: a worker's are signals from the node to its pid on this machine
+//!   (`workers.rs` says why); pause, kill and restart of a member or the storage are the agent's
 //!   `stop`, `kill`, `start` (exec through the API server), each read back from the
 //!   pod's `/proc`; delay and partition of member links go through the harness's
 //!   peer proxies (the pods share the host's network); member clocks cannot be
@@ -28,6 +31,7 @@ pub mod connect;
 pub mod namespace;
 pub mod pods;
 pub mod reaper;
+pub mod workers;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -68,6 +72,13 @@ pub struct KubernetesBackend {
     ns: String,
     members: Vec<PodProc>,
     storage: Option<PodProc>,
+    /// The workers' pods (`workers.rs`), when the workers run as pods.
+    workers: Vec<PodProc>,
+    /// The node every pod goes to, the client for log streams, the run directory
+    /// (mounted in every pod at its own path).
+    node: String,
+    streams: kube::Client,
+    run_dir: PathBuf,
     storage_addr: Option<SocketAddr>,
     peer_proxies: Vec<Proxy>,
     /// Each member's client address.
@@ -166,6 +177,10 @@ impl KubernetesBackend {
             ns: ns.clone(),
             members: Vec::new(),
             storage: None,
+            workers: Vec::new(),
+            node: cluster.node.clone(),
+            streams: cluster.streams.clone(),
+            run_dir: run_dir.clone(),
             storage_addr: external,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
             clients: at.iter().map(|a| a.client).collect(),
@@ -548,6 +563,11 @@ impl KubernetesBackend {
                 r.abandon();
             } else {
                 r.stop(&self.client).await;
+                // Its pod is deleted (grace 0): its containers go now, not after
+                // kubelet's few seconds to stop them.
+                let needle = vec![reaper_needle(&self.run_id)];
+                let _ =
+                    crate::cluster::containers::remove_matching(&self.docker, &needle, true).await;
             }
         }
         self.remove_stopped_containers().await;
@@ -575,6 +595,11 @@ impl KubernetesBackend {
     }
 }
 
+/// What dockershim's names of the run's reaper's containers have.
+fn reaper_needle(run_id: &str) -> String {
+    format!("_{}_{}_", reaper::name(run_id), reaper::HOME)
+}
+
 /// The run's pods' stopped containers (and the reaper's), which kubelet removes
 /// only in its once-a-minute garbage collection; on a node whose engine is not
 /// this machine's, none are found and kubelet's collection does it.
@@ -584,10 +609,7 @@ async fn remove_stopped_containers(
     run_id: &str,
 ) {
     {
-        let needles = [
-            format!("_{ns}_"),
-            format!("_{}_{}_", reaper::name(run_id), reaper::HOME),
-        ];
+        let needles = [format!("_{ns}_"), reaper_needle(run_id)];
         let t0 = std::time::Instant::now();
         // Kubelet may still be stopping the reaper's container: a few passes.
         while t0.elapsed() < Duration::from_secs(10) {

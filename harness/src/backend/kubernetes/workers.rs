@@ -1,0 +1,263 @@
+//! The workers as pods: one pod per worker (`worker-<id>`), running this very
+//! fencecheck binary's `worker` under the in-pod agent (`images::worker_image`),
+//! on the host's network of the harness's node with the run directory mounted at
+//! its own path — so it reaches the service and the storage through the
+//! harness's own proxies, as a worker process does, and writes its events
+//! straight into the run directory as they happen.
+//!
+//! The pods are created gated (`WorkerConfig::start_gate`): each worker waits for
+//! the gate file before it opens a session, and the run opens it once every pod
+//! runs, so all start together and the run's clock starts then.
+//!
+//! Faults on a worker are signals from the node, as Chaos Mesh's chaos-daemon
+//! sends them: the worker's pid on this machine is found from its container
+//! (the engine's pid of the agent, PID 1 in the pod, and the agent's child), and
+//! the nemesis stops, continues and kills its process group as it does a worker
+//! process's, confirmed from this machine's `/proc`. Not the agent's exec: an
+//! aimed pause falls between a worker's read and its write, microseconds apart,
+//! and an exec round trip through the API server takes 84–99 ms (docs/backends.md).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use super::{pods, KubernetesBackend, PodProc};
+
+/// How long the worker's process may take to appear under the agent.
+const PID_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One worker to start.
+pub struct Launch {
+    pub id: u32,
+    /// The worker's program and arguments.
+    pub program: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Where its output goes.
+    pub log: PathBuf,
+}
+
+/// A worker running in its pod.
+pub struct PodWorker {
+    pub name: String,
+    pub pod: String,
+    /// The worker's pid on this machine; it leads its process group.
+    pid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid is not it.
+    start: u64,
+}
+
+impl KubernetesBackend {
+    /// Creates every worker's pod, then waits until each runs and its worker's
+    /// pid on this machine is known. The workers wait at their start gate.
+    pub async fn start_workers(
+        &mut self,
+        launches: Vec<Launch>,
+        say: &dyn Fn(&str),
+    ) -> Result<Vec<PodWorker>> {
+        let image = crate::images::worker_image(&self.docker, say).await?;
+        say(&format!(
+            "starting {} worker pod(s) in namespace {}",
+            launches.len(),
+            self.ns
+        ));
+        let mut created = Vec::new();
+        for l in &launches {
+            let name = format!("worker-{}", l.id);
+            let pod = pods::pod(&pods::PodSpecIn {
+                name: name.clone(),
+                run_id: &self.run_id,
+                role: "worker",
+                node: &self.node,
+                image: &image.tag,
+                program: l.program.clone(),
+                env: l.env.clone(),
+                run_dir: &self.run_dir,
+            });
+            pods::create(&self.pods, &pod)
+                .await
+                .with_context(|| format!("worker {} did not start", l.id))?;
+            created.push((name, l.log.clone(), l.id));
+        }
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut ready = Vec::new();
+        for (pod, log, id) in created {
+            pods::running(&self.pods, &pod)
+                .await
+                .with_context(|| format!("see {}", log.display()))?;
+            self.logs.push(pods::stream_log(
+                self.streams.clone(),
+                self.ns.clone(),
+                pod.clone(),
+                log.clone(),
+            ));
+            let (pid, start) = self
+                .worker_pid(&pod)
+                .await
+                .with_context(|| format!("worker {id}'s process in pod {pod}"))?;
+            self.workers.push(PodProc {
+                pod: pod.clone(),
+                what: format!("worker {id}"),
+                log,
+                dead: false,
+            });
+            ready.push(serde_json::json!({
+                "pod": pod, "pid": pid, "running_ms": t0.elapsed().as_millis() as u64,
+            }));
+            out.push(PodWorker {
+                name: format!("worker {id}"),
+                pod,
+                pid,
+                start,
+            });
+        }
+        self.record_workers(&image.tag, ready);
+        Ok(out)
+    }
+
+    /// Adds the worker pods to `kubernetes.json`: each with its worker's pid on
+    /// this machine and ms from the first creation until it ran.
+    fn record_workers(&self, image: &str, ready: Vec<serde_json::Value>) {
+        let file = self.run_dir.join(super::RECORD);
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            return;
+        };
+        let Ok(mut r) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return;
+        };
+        if let Some(p) = r["pods"].as_array_mut() {
+            p.extend(ready.iter().map(|w| w["pod"].clone()));
+        }
+        if let Some(i) = r["images"].as_array_mut() {
+            i.push(image.into());
+        }
+        r["workers"] = ready.into();
+        if let Ok(j) = serde_json::to_string_pretty(&r) {
+            let _ = std::fs::write(&file, j + "\n");
+        }
+    }
+
+    /// The pid on this machine of the program the agent runs in `pod`: the
+    /// agent is the container's init, whose pid the engine knows; the program is
+    /// its child.
+    async fn worker_pid(&self, pod: &str) -> Result<(u32, u64)> {
+        let p = self.pods.get(pod).await.context("get pod")?;
+        let id = p
+            .status
+            .and_then(|s| s.container_statuses)
+            .and_then(|cs| cs.into_iter().find(|c| c.name == pods::CONTAINER))
+            .and_then(|c| c.container_id)
+            .context("no container id in the pod's status")?;
+        let Some(id) = id.strip_prefix("docker://") else {
+            bail!(
+                "the container {id} is not Docker's: the worker's process cannot be found \
+                 on this machine"
+            );
+        };
+        let c = self
+            .docker
+            .inspect_container(
+                id,
+                None::<testcontainers::bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .with_context(|| format!("docker inspect {id}"))?;
+        let agent = c
+            .state
+            .and_then(|s| s.pid)
+            .filter(|p| *p > 0)
+            .context("the container has no pid")? as u32;
+        let t0 = Instant::now();
+        loop {
+            let children = std::fs::read_to_string(format!("/proc/{agent}/task/{agent}/children"))
+                .unwrap_or_default();
+            if let Some(pid) = children
+                .split_whitespace()
+                .find_map(|c| c.parse::<u32>().ok())
+            {
+                if let Some(start) = start_time(pid) {
+                    return Ok((pid, start));
+                }
+            }
+            if t0.elapsed() > PID_DEADLINE {
+                bail!("no process under the agent (pid {agent}) after {PID_DEADLINE:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks), and whether it
+/// still runs (not a zombie).
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command is in parentheses and may hold spaces: fields after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    // `rest` starts at field 3 (state): field 22 is index 19.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|(_, s)| s)
+}
+
+impl PodWorker {
+    /// The worker's pid on this machine (it leads its process group).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Still running (a stopped one too), and still the process it was.
+    pub fn alive(&self) -> bool {
+        matches!(stat(self.pid), Some((s, start)) if s != 'Z' && s != 'X' && start == self.start)
+    }
+
+    fn signal(&self, sig: Signal) {
+        if self.alive() {
+            let _ = killpg(Pid::from_raw(self.pid as i32), sig);
+        }
+    }
+
+    /// Waits up to `deadline` for the worker to end on its own.
+    pub async fn wait_timeout(&self, deadline: Duration) -> bool {
+        let t0 = Instant::now();
+        while self.alive() {
+            if t0.elapsed() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
+    /// Continues and ends it: SIGTERM and up to `grace`, then SIGKILL.
+    pub async fn stop(&self, grace: Duration) {
+        self.signal(Signal::SIGCONT);
+        if grace > Duration::ZERO {
+            self.signal(Signal::SIGTERM);
+            if self.wait_timeout(grace).await {
+                return;
+            }
+        }
+        self.signal(Signal::SIGKILL);
+        self.wait_timeout(Duration::from_secs(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stat;
+
+    #[test]
+    fn this_process_reads_back_running_with_a_start_time() {
+        let (state, start) = stat(std::process::id()).expect("own stat");
+        assert!(state == 'R' || state == 'S', "{state}");
+        assert!(start > 0);
+    }
+}
