@@ -196,6 +196,21 @@ pub async fn worker_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> 
     ensure(docker, &tag, "worker-pod", &ctx, say).await
 }
 
+/// A resource's own server for the kubernetes backend
+/// (`fencecheck/<name>-pod:<version>-<hash>`, PostgreSQL's): its docker image's
+/// build context with the static in-pod agent added at `/fencecheck-agent`.
+pub async fn own_storage_pod_image(
+    docker: &Docker,
+    own: &dyn crate::resources::container::ContainerStorage,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
+    let (version, mut ctx) = tokio::task::block_in_place(|| own.image())?;
+    let agent = tokio::task::block_in_place(|| static_binary("fencecheck-agent", say))?;
+    add_file(&mut ctx.files, Path::new(AGENT_PATH), &agent)?;
+    let tag = format!("fencecheck/{}-pod:{version}-{}", own.name(), ctx.hash());
+    ensure(docker, &tag, own.name(), &ctx, say).await
+}
+
 /// Where the in-pod agent is in the kubernetes backend's images.
 const AGENT_PATH: &str = "/fencecheck-agent";
 

@@ -142,6 +142,8 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         "redis-pause",
         "kill",
         "k8s-lease-pause",
+        // PostgreSQL as the storage's pod, crashed (agent kill) and recovered twice.
+        "pg-crash",
     ] {
         let out = work.path().join(name);
         let t0 = Instant::now();

@@ -13,6 +13,9 @@ use crate::images::BuildContext;
 /// The container a [`ContainerStorage`] runs in.
 #[derive(Debug, Clone)]
 pub struct StorageSpec {
+    /// The image's entry point (the kubernetes backend runs it under its in-pod
+    /// agent, so it names it).
+    pub program: &'static [&'static str],
     /// Arguments after the image's entry point.
     pub args: Vec<String>,
     /// The port it listens on inside its container.

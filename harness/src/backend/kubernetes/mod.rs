@@ -45,6 +45,7 @@ use kube::api::Api;
 
 use super::{Deployment, Service};
 use crate::proc::{free_port, wait_http_healthy};
+use crate::resources::container::ContainerStorage;
 use crate::scenario::Scenario;
 use crate::systems::members::MemberSpec;
 
@@ -72,6 +73,8 @@ pub struct KubernetesBackend {
     ns: String,
     members: Vec<PodProc>,
     storage: Option<PodProc>,
+    /// The resource's own server (PostgreSQL) when it is the storage's pod.
+    own: Option<Box<dyn ContainerStorage>>,
     /// The workers' pods (`workers.rs`), when the workers run as pods.
     workers: Vec<PodProc>,
     /// The node every pod goes to, the client for log streams, the run directory
@@ -138,15 +141,12 @@ impl KubernetesBackend {
             .with_context(|| format!("cannot resolve {}", run_dir.display()))?;
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
-        if external.is_none() {
-            if let Some(own) = crate::resources::resource(scenario).docker_storage(scenario) {
-                bail!(
-                    "backend \"kubernetes\": {} does not run as a pod yet; use --backend \
-                     process or docker",
-                    own.what()
-                );
-            }
-        }
+        // A resource's own server (PostgreSQL) runs as the storage's pod instead
+        // of fencecheck's storage.
+        let own = match external {
+            Some(_) => None,
+            None => crate::resources::resource(scenario).docker_storage(scenario),
+        };
         // The images, built on this machine's Docker engine: the local cluster's
         // node runs on it, so its pods find them without a registry.
         let engine = super::docker::engine(super::docker::ENGINE_TIMEOUT)
@@ -154,9 +154,12 @@ impl KubernetesBackend {
             .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;
         let deploy = tokio::task::block_in_place(|| system.deploy(scenario, say))?;
         let member_image = crate::images::pod_image(&engine.docker, deploy.as_ref(), say).await?;
-        let storage_image = match external {
-            Some(_) => None,
-            None => Some(crate::images::agent_storage_image(&engine.docker, say).await?),
+        let storage_image = match (external, &own) {
+            (Some(_), _) => None,
+            (None, Some(o)) => {
+                Some(crate::images::own_storage_pod_image(&engine.docker, o.as_ref(), say).await?)
+            }
+            (None, None) => Some(crate::images::agent_storage_image(&engine.docker, say).await?),
         };
         let run_id = super::docker::new_run_id();
         let ns = namespace::name(&run_id);
@@ -177,6 +180,7 @@ impl KubernetesBackend {
             ns: ns.clone(),
             members: Vec::new(),
             storage: None,
+            own,
             workers: Vec::new(),
             node: cluster.node.clone(),
             streams: cluster.streams.clone(),
@@ -300,6 +304,7 @@ impl KubernetesBackend {
                 program,
                 env: spec.env.clone(),
                 run_dir,
+                user: None,
             });
             let log = crate::record::rundir::member_log(run_dir, short, i);
             self.members.push(PodProc {
@@ -319,9 +324,30 @@ impl KubernetesBackend {
             Some(image) => {
                 let port = free_port(STORAGE_HOST)?;
                 let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
-                let mut program = vec!["/fencecheck-storage".to_string()];
-                program.extend(super::process::storage_flags(scenario, addr, run_dir));
-                let name = "storage".to_string();
+                let (program, user, log, what, name) = match &self.own {
+                    None => {
+                        let mut program = vec!["/fencecheck-storage".to_string()];
+                        program.extend(super::process::storage_flags(scenario, addr, run_dir));
+                        let log = run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG);
+                        (program, None, log, "the storage", "storage".to_string())
+                    }
+                    Some(own) => {
+                        // Its image's entry point, on the host's network: its own
+                        // port on loopback, not the container's fixed one.
+                        let s = own.spec();
+                        let mut program: Vec<String> =
+                            s.program.iter().map(|a| a.to_string()).collect();
+                        program.extend(own_args(&s.args, port));
+                        // The image's user (PostgreSQL refuses root).
+                        (
+                            program,
+                            Some((OWN_UID, OWN_UID)),
+                            run_dir.join(s.log),
+                            own.what(),
+                            own.name().to_string(),
+                        )
+                    }
+                };
                 let pod = pods::pod(&pods::PodSpecIn {
                     name: name.clone(),
                     run_id,
@@ -331,11 +357,11 @@ impl KubernetesBackend {
                     program,
                     env: Vec::new(),
                     run_dir,
+                    user,
                 });
-                let log = run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG);
                 self.storage = Some(PodProc {
                     pod: name.clone(),
-                    what: "the storage".into(),
+                    what: what.into(),
                     log: log.clone(),
                     dead: false,
                 });
@@ -396,9 +422,14 @@ impl KubernetesBackend {
             serving.push(std::time::Instant::now());
         }
         if let Some(st) = &self.storage {
-            wait_http_healthy("storage", storage_addr, READY_DEADLINE)
+            self.wait_storage(storage_addr)
                 .await
                 .with_context(|| format!("see {}", st.log.display()))?;
+            if let Some(own) = &self.own {
+                own.prepare(storage_addr)
+                    .await
+                    .with_context(|| format!("{} in its pod", own.what()))?;
+            }
             serving.push(std::time::Instant::now());
         }
         record.ready = pod_names
@@ -415,6 +446,34 @@ impl KubernetesBackend {
             let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
         }
         Ok(storage_addr)
+    }
+
+    /// Until the storage answers: fencecheck's on `/health`, a resource's own
+    /// server on its own probe (PostgreSQL's `SELECT 1`); a pod whose program
+    /// ended is said at once.
+    async fn wait_storage(&self, addr: SocketAddr) -> Result<()> {
+        let Some(own) = &self.own else {
+            return wait_http_healthy("storage", addr, READY_DEADLINE).await;
+        };
+        let end = tokio::time::Instant::now() + READY_DEADLINE;
+        loop {
+            let round = tokio::time::Instant::now() + Duration::from_secs(2);
+            if own.answers(addr, round.min(end)).await {
+                return Ok(());
+            }
+            if let Some(st) = &self.storage {
+                if let Some(how) = pods::ended(&self.pods, &st.pod).await {
+                    bail!("{}: its pod's program ended ({how})", own.what());
+                }
+            }
+            if tokio::time::Instant::now() >= end {
+                bail!(
+                    "{} does not answer at {addr} after {READY_DEADLINE:?}",
+                    own.what()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn proc_of(&mut self, who: Service) -> Result<&mut PodProc> {
@@ -505,7 +564,7 @@ impl KubernetesBackend {
         let mut done = self.start_again(Service::Storage).await?;
         let addr = self.storage_addr.context("no storage")?;
         let log = self.proc_of(Service::Storage)?.log.clone();
-        wait_http_healthy("storage", addr, READY_DEADLINE)
+        self.wait_storage(addr)
             .await
             .with_context(|| format!("the restarted storage; see {}", log.display()))?;
         done["ready_ms"] = serde_json::json!(t0.elapsed().as_millis() as u64);
@@ -593,6 +652,24 @@ impl KubernetesBackend {
     async fn remove_stopped_containers(&self) {
         remove_stopped_containers(&self.docker, &self.ns, &self.run_id).await;
     }
+}
+
+/// The uid and gid of a resource's own server's image (PostgreSQL's `postgres`
+/// user, `resources/postgres/image.rs`).
+const OWN_UID: i64 = 999;
+
+/// A resource's own server's arguments on the host's network: listening on
+/// loopback only, on `port`.
+fn own_args(args: &[String], port: u16) -> Vec<String> {
+    let mut out: Vec<String> = args
+        .iter()
+        .map(|a| match a.strip_prefix("listen_addresses=") {
+            Some(_) => format!("listen_addresses={STORAGE_HOST}"),
+            None => a.clone(),
+        })
+        .collect();
+    out.extend(["-c".to_string(), format!("port={port}")]);
+    out
 }
 
 /// What dockershim's names of the run's reaper's containers have.

@@ -47,6 +47,9 @@ pub struct PodSpecIn<'a> {
     pub env: Vec<(String, String)>,
     /// Mounted at its own path.
     pub run_dir: &'a Path,
+    /// The uid and gid it runs as; `None`: the harness's own (PostgreSQL refuses
+    /// root, and its image's files are its user's).
+    pub user: Option<(i64, i64)>,
 }
 
 pub fn pod(p: &PodSpecIn) -> Pod {
@@ -83,8 +86,14 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             restart_policy: Some("Never".into()),
             // The files in the run directory are the harness user's.
             security_context: Some(PodSecurityContext {
-                run_as_user: Some(i64::from(nix::unistd::getuid().as_raw())),
-                run_as_group: Some(i64::from(nix::unistd::getgid().as_raw())),
+                run_as_user: Some(
+                    p.user
+                        .map_or_else(|| i64::from(nix::unistd::getuid().as_raw()), |(u, _)| u),
+                ),
+                run_as_group: Some(
+                    p.user
+                        .map_or_else(|| i64::from(nix::unistd::getgid().as_raw()), |(_, g)| g),
+                ),
                 ..Default::default()
             }),
             termination_grace_period_seconds: Some(2),

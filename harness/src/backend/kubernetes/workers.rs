@@ -75,6 +75,7 @@ impl KubernetesBackend {
                 program: l.program.clone(),
                 env: l.env.clone(),
                 run_dir: &self.run_dir,
+                user: None,
             });
             pods::create(&self.pods, &pod)
                 .await

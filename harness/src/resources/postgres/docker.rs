@@ -51,6 +51,13 @@ impl ContainerStorage for PgContainer {
 
     fn spec(&self) -> StorageSpec {
         StorageSpec {
+            program: &[
+                "/usr/lib/postgresql/15/bin/postgres",
+                "-D",
+                PG_DATA,
+                "-c",
+                "hba_file=/etc/fencecheck/pg_hba.conf",
+            ],
             args: super::server::settings("*", self.sync)
                 .into_iter()
                 .flat_map(|s| ["-c".to_string(), s])
