@@ -305,6 +305,7 @@ impl KubernetesBackend {
                 env: spec.env.clone(),
                 run_dir,
                 user: None,
+                host_files: Vec::new(),
             });
             let log = crate::record::rundir::member_log(run_dir, short, i);
             self.members.push(PodProc {
@@ -358,6 +359,7 @@ impl KubernetesBackend {
                     env: Vec::new(),
                     run_dir,
                     user,
+                    host_files: Vec::new(),
                 });
                 self.storage = Some(PodProc {
                     pod: name.clone(),

@@ -50,6 +50,9 @@ pub struct PodSpecIn<'a> {
     /// The uid and gid it runs as; `None`: the harness's own (PostgreSQL refuses
     /// root, and its image's files are its user's).
     pub user: Option<(i64, i64)>,
+    /// Files of the node mounted read-only at their own paths (the worker pods'
+    /// fencecheck binary: the node is this machine).
+    pub host_files: Vec<PathBuf>,
 }
 
 pub fn pod(p: &PodSpecIn) -> Pod {
@@ -70,6 +73,50 @@ pub fn pod(p: &PodSpecIn) -> Pod {
         ..Default::default()
     });
     let run_dir = p.run_dir.display().to_string();
+    let mut mounts = vec![
+        VolumeMount {
+            name: RUN_VOLUME.into(),
+            mount_path: run_dir.clone(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: TMP_VOLUME.into(),
+            mount_path: "/tmp".into(),
+            ..Default::default()
+        },
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: RUN_VOLUME.into(),
+            host_path: Some(HostPathVolumeSource {
+                path: run_dir,
+                type_: Some("Directory".into()),
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: TMP_VOLUME.into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        },
+    ];
+    for (i, f) in p.host_files.iter().enumerate() {
+        let name = format!("host-file-{i}");
+        mounts.push(VolumeMount {
+            name: name.clone(),
+            mount_path: f.display().to_string(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name,
+            host_path: Some(HostPathVolumeSource {
+                path: f.display().to_string(),
+                type_: Some("File".into()),
+            }),
+            ..Default::default()
+        });
+    }
     Pod {
         metadata: ObjectMeta {
             name: Some(p.name.clone()),
@@ -103,35 +150,10 @@ pub fn pod(p: &PodSpecIn) -> Pod {
                 image_pull_policy: Some("Never".into()),
                 command: Some(command),
                 env: Some(env),
-                volume_mounts: Some(vec![
-                    VolumeMount {
-                        name: RUN_VOLUME.into(),
-                        mount_path: run_dir.clone(),
-                        ..Default::default()
-                    },
-                    VolumeMount {
-                        name: TMP_VOLUME.into(),
-                        mount_path: "/tmp".into(),
-                        ..Default::default()
-                    },
-                ]),
+                volume_mounts: Some(mounts),
                 ..Default::default()
             }],
-            volumes: Some(vec![
-                Volume {
-                    name: RUN_VOLUME.into(),
-                    host_path: Some(HostPathVolumeSource {
-                        path: run_dir,
-                        type_: Some("Directory".into()),
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: TMP_VOLUME.into(),
-                    empty_dir: Some(Default::default()),
-                    ..Default::default()
-                },
-            ]),
+            volumes: Some(volumes),
             ..Default::default()
         }),
         ..Default::default()

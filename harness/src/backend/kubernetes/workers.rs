@@ -58,6 +58,7 @@ impl KubernetesBackend {
         say: &dyn Fn(&str),
     ) -> Result<Vec<PodWorker>> {
         let image = crate::images::worker_image(&self.docker, say).await?;
+        let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
         say(&format!(
             "starting {} worker pod(s) in namespace {}",
             launches.len(),
@@ -76,6 +77,7 @@ impl KubernetesBackend {
                 env: l.env.clone(),
                 run_dir: &self.run_dir,
                 user: None,
+                host_files: vec![exe.clone()],
             });
             pods::create(&self.pods, &pod)
                 .await
