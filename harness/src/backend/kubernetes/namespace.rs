@@ -97,9 +97,9 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
         }
     }
     // Kubelet says a container has terminated within a second or so, but removes
-    // the pod's object only some 8 s later (its status sync): a pod whose every
-    // container has terminated is deleted at once (grace 0) instead, so an empty
-    // list means no container of the run runs. Their stopped containers are
+    // the pod's object only some 8 s later (its status sync), or not for over a
+    // minute (below): a pod none of whose containers runs is deleted at once
+    // (grace 0) instead, so an empty list means no container of the run runs. Their stopped containers are
     // kubelet's garbage (the backend removes them where the node's engine is
     // this machine's).
     let grace0 = DeleteParams {
@@ -112,7 +112,7 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
         if left == 0 {
             break;
         }
-        for p in listed.iter().filter(|p| all_terminated(p)) {
+        for p in listed.iter().filter(|p| none_running(p)) {
             if let Some(n) = &p.metadata.name {
                 match pods.delete(n, &grace0).await {
                     Err(e) if !not_found(&e) => {
@@ -161,9 +161,13 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
     Ok(done)
 }
 
-/// Has kubelet seen every container of `p` terminated (and was it told to stop
-/// them: the pod is being deleted)?
-fn all_terminated(p: &Pod) -> bool {
+/// Is `p` being deleted with none of its containers running, as kubelet last
+/// said? Terminated, or gone: kubelet removes every container of a pod being
+/// deleted as soon as one dies (`cleanUpContainersInPod`), and a container that
+/// dies just as the deletion comes (a worker ending its run) is then reported
+/// "could not be located", waiting, not terminated — and such a pod stayed over
+/// 60 s. A deleted pod's containers are never started again.
+fn none_running(p: &Pod) -> bool {
     let statuses = p
         .status
         .as_ref()
@@ -173,7 +177,7 @@ fn all_terminated(p: &Pod) -> bool {
             !cs.is_empty()
                 && cs
                     .iter()
-                    .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+                    .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
         })
 }
 
@@ -211,4 +215,36 @@ async fn finalize(namespaces: &Api<Namespace>, ns: &str) -> Result<()> {
 /// The API's 404: already gone.
 pub fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(deleted: bool, state: serde_json::Value) -> Pod {
+        let mut meta = serde_json::json!({ "name": "worker-1" });
+        if deleted {
+            meta["deletionTimestamp"] = "2026-12-04T13:54:00Z".into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": meta,
+            "status": { "containerStatuses": [{
+                "name": "main", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0, "state": state,
+            }]},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_deleted_pod_whose_container_ended_or_vanished_runs_nothing() {
+        let running = serde_json::json!({ "running": { "startedAt": "2026-12-04T13:53:00Z" } });
+        let ended = serde_json::json!({ "terminated": { "exitCode": 0 } });
+        // What kubelet said of a worker's container it had removed itself.
+        let vanished = serde_json::json!({ "waiting": { "reason": "ContainerCreating" } });
+        assert!(!none_running(&pod(true, running)));
+        assert!(none_running(&pod(true, ended.clone())));
+        assert!(none_running(&pod(true, vanished)));
+        assert!(!none_running(&pod(false, ended)), "not being deleted");
+    }
 }
