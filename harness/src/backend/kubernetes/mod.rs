@@ -75,8 +75,6 @@ pub struct KubernetesBackend {
     storage: Option<PodProc>,
     /// The resource's own server (PostgreSQL) when it is the storage's pod.
     own: Option<Box<dyn ContainerStorage>>,
-    /// The workers' pods (`workers.rs`), when the workers run as pods.
-    workers: Vec<PodProc>,
     /// The node every pod goes to, the client for log streams, the run directory
     /// (mounted in every pod at its own path).
     node: String,
@@ -181,7 +179,6 @@ impl KubernetesBackend {
             members: Vec::new(),
             storage: None,
             own,
-            workers: Vec::new(),
             node: cluster.node.clone(),
             streams: cluster.streams.clone(),
             run_dir: run_dir.clone(),

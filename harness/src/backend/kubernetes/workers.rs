@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::{pods, KubernetesBackend, PodProc};
+use super::{pods, KubernetesBackend};
 
 /// How long the worker's process may take to appear under the agent.
 const PID_DEADLINE: Duration = Duration::from_secs(10);
@@ -101,12 +101,6 @@ impl KubernetesBackend {
                 .worker_pid(&pod)
                 .await
                 .with_context(|| format!("worker {id}'s process in pod {pod}"))?;
-            self.workers.push(PodProc {
-                pod: pod.clone(),
-                what: format!("worker {id}"),
-                log,
-                dead: false,
-            });
             ready.push(serde_json::json!({
                 "pod": pod, "pid": pid, "running_ms": t0.elapsed().as_millis() as u64,
             }));
