@@ -7,17 +7,93 @@ pub mod docker;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// One cluster at a time: on a 2-core machine concurrent clusters would compete for
-/// CPU and stretch every timing the scenarios rely on.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// How many end-to-end tests run at once. A scenario run mostly waits (lease TTLs,
+/// fault windows, a worker's think time), so two of them share the 2-core machine
+/// without stretching the timings they rely on; more than two did (docs/testing.md
+/// has the figures). `FENCECHECK_TEST_SLOTS` overrides it: 1 runs every end-to-end
+/// test alone, as before.
+fn capacity() -> u32 {
+    std::env::var("FENCECHECK_TEST_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &u32| n >= 1)
+        .unwrap_or(2)
+}
 
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// The slots, handed out first come, first served: a test that needs them all
+/// (`alone`) is not overtaken by the ones that need one.
+struct Slots {
+    used: u32,
+    next_ticket: u64,
+    serving: std::collections::VecDeque<u64>,
+}
+
+static SLOTS: Mutex<Slots> = Mutex::new(Slots {
+    used: 0,
+    next_ticket: 0,
+    serving: std::collections::VecDeque::new(),
+});
+static FREED: Condvar = Condvar::new();
+
+/// Held for the length of a test; gives its slots back when dropped, a panicking
+/// test's too.
+pub struct Slot(u32);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut s = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        s.used -= self.0;
+        FREED.notify_all();
+    }
+}
+
+fn take(want: u32) -> Slot {
+    let want = want.min(capacity());
+    let mut s = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let ticket = s.next_ticket;
+    s.next_ticket += 1;
+    s.serving.push_back(ticket);
+    while s.serving.front() != Some(&ticket) || s.used + want > capacity() {
+        s = FREED.wait(s).unwrap_or_else(|e| e.into_inner());
+    }
+    s.serving.pop_front();
+    s.used += want;
+    // The next in line may fit beside this one.
+    FREED.notify_all();
+    Slot(want)
+}
+
+/// One slot: a test that starts a cluster, processes or containers of its own, on
+/// ports and in directories of its own, runs beside at most one other such test.
+pub fn serial() -> Slot {
+    take(1)
+}
+
+/// Two slots: a test that runs two scenarios of its own side by side.
+pub fn pair() -> Slot {
+    take(2)
+}
+
+/// Every slot: a test that looks at the whole machine runs with nothing else.
+pub fn alone() -> Slot {
+    take(u32::MAX)
+}
+
+/// One local Kubernetes cluster at a time.
+static KUBE: Mutex<()> = Mutex::new(());
+
+/// A test on a local Kubernetes cluster of its own: fixed ports (`fencecheck
+/// cluster up`), so one such test at a time, and one slot, beside one other test.
+/// The cluster is taken before the slot, and nothing that holds a slot waits for
+/// the cluster, so the two cannot deadlock.
+pub fn kube() -> (std::sync::MutexGuard<'static, ()>, Slot) {
+    let cluster = KUBE.lock().unwrap_or_else(|e| e.into_inner());
+    (cluster, take(1))
 }
 
 pub fn repo_root() -> PathBuf {

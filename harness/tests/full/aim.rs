@@ -4,7 +4,7 @@
 //! recorded as skipped, with the reason; what cannot be aimed is refused before
 //! anything starts (exit 2, file:line). Real etcd, real workers, real signals.
 
-mod common;
+use crate::common;
 
 use common::{bin, explain, run_scenario, serial};
 use fencecheck_reports::{EffectStatus, Report};

@@ -2,7 +2,7 @@
 //! service or backend cannot do refused before anything starts, the findings from
 //! the service's own record, incomplete runs, and the brief's usage line.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! parses as XML (quick-xml's reader), and its testcases are report.json's checks
 //! and expectations, with the same pass/fail.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! ensemble (1 or 3 members, peer traffic through the peer proxies), real worker
 //! processes on the Curator recipe, real faults, the verdicts the scenarios promise.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

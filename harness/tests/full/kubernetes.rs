@@ -4,7 +4,7 @@
 //! shipped `k8s-lease-*` scenarios promise; and its bad input, refused before
 //! anything starts.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! loss — loses acknowledged increments; the careful worker with monotonic fencing
 //! on the service's grant order (`jepsen-2020-careful.toml`) loses none.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

@@ -5,7 +5,7 @@
 //! small correct client around python-etcd3 whose grants the harness resolves to
 //! the service's own order.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

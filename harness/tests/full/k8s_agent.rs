@@ -10,7 +10,7 @@
 //! Skipped (one line) only where no Docker engine answers and
 //! FENCECHECK_REQUIRE_DOCKER is unset.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ fn the_agent_stops_resumes_kills_and_restarts_the_storage_in_a_pod() {
     if !docker::docker_or_skip("k8s_agent") {
         return;
     }
-    let _one = serial();
+    let _one = kube();
     let (_tmp, dir, mut guard) = state_dir();
     let o = cluster_cmd("up", &dir);
     assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));

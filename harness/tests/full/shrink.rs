@@ -4,7 +4,7 @@
 //! reliably it fails, and fails again when run anew. Bad input is exit 2 with a
 //! message naming what is wrong, before anything runs.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

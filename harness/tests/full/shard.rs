@@ -1,7 +1,7 @@
 //! `suite --shard I/N`, `--list` and `--merge`: shards partition the suite, bad
 //! shards are exit 2, and two real shard runs merge into one index.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

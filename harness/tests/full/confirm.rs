@@ -4,7 +4,7 @@
 //! with exit 1. Real etcd, real workers, real signals; the report is read as
 //! the typed `Report`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! Where no Docker engine answers, the test prints one line and returns; with
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (`common::docker`, as in `docker.rs`).
 
-mod common;
+use crate::common;
 
 use common::docker::{assert_run_left_nothing, docker_or_skip, run_docker};
 use common::{explain, faults_of, n, serial};

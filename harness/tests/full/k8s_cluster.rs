@@ -9,7 +9,7 @@
 //! FENCECHECK_REQUIRE_DOCKER is unset; a missing kubelet is a failure, with
 //! `cluster up`'s own message ("run ci/bootstrap.sh").
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
     if !docker::docker_or_skip("k8s_cluster") {
         return;
     }
-    let _one = serial();
+    let _one = kube();
     let (_tmp, dir, mut guard) = state_dir();
 
     let t = Instant::now();
@@ -191,7 +191,7 @@ fn ctrl_c_during_up_stops_what_it_started() {
     if !docker::docker_or_skip("k8s_cluster") {
         return;
     }
-    let _one = serial();
+    let _one = kube();
     let (_tmp, dir, mut guard) = state_dir();
     let child = bin()
         .args(["cluster", "up", "--dir"])

@@ -7,7 +7,7 @@
 //! faults (aiming must not invent a violation). Real etcd, real workers, a real
 //! HTTP server in its own process.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! Where no Docker engine answers, each test prints one line and returns; with
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead (`common::docker`, as in `docker.rs`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

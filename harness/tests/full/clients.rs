@@ -4,7 +4,7 @@
 //! `[expect]` blocks promise. The verdicts come from the grants the harness
 //! observed at the service, so every acquisition must resolve to one of them.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -40,7 +40,7 @@ fn run_client_scenario(name: &str) -> Value {
 /// storage and ports; CI's time), one adapter at a time; returns the pause
 /// scenario's report.
 fn adapter(pause: &str, no_fencing: &'static str) -> Value {
-    let _g = serial();
+    let _g = pair();
     let unfenced = std::thread::spawn(move || run_client_scenario(no_fencing));
     let paused = run_client_scenario(pause);
     let unfenced = match unfenced.join() {
@@ -149,7 +149,7 @@ fn believed_after_a_step_back(name: &str) -> f64 {
 /// deadline is a monotonic timer: the same step changes nothing.
 #[test]
 fn a_wall_clock_step_back_keeps_the_python_elector_leading_not_client_go() {
-    let _g = serial();
+    let _g = pair();
     // Side by side: each on a service of its own.
     let go = std::thread::spawn(|| believed_after_a_step_back("client-go-clock-jump"));
     let python = believed_after_a_step_back("python-leaselock-clock-jump");

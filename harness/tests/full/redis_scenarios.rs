@@ -3,7 +3,7 @@
 //! processes, real faults, the verdicts the scenarios promise — judged by the
 //! order of grants the harness observed, not by the counter under test.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -14,7 +14,7 @@
 //! Skipped (one line) when no cluster answers there, unless FENCECHECK_REQUIRE_K8S
 //! is set, which makes that a failure.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -276,7 +276,7 @@ where
 
 #[test]
 fn an_abandoned_reaper_removes_the_run_namespace_and_then_itself() {
-    let _one = serial();
+    let _one = kube();
     let rt = runtime();
     let Some(c) = rt.block_on(cluster_or_skip("k8s_reaper")) else {
         return;
@@ -395,7 +395,7 @@ async fn abandoned(c: &Cluster, ns: &str, id: &str) {
 
 #[test]
 fn a_stopped_reaper_goes_and_leaves_the_run_namespace_alone() {
-    let _one = serial();
+    let _one = kube();
     let rt = runtime();
     let Some(c) = rt.block_on(cluster_or_skip("k8s_reaper")) else {
         return;

@@ -16,7 +16,7 @@
 //! Skipped (one line) only where no Docker engine answers and
 //! FENCECHECK_REQUIRE_DOCKER is unset.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -129,7 +129,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     if !docker::docker_or_skip("k8s_backend") {
         return;
     }
-    let _one = serial();
+    let _one = kube();
     let (_tmp, dir, mut guard) = up();
     let kubeconfig = dir.join("kubeconfig");
     let rt = runtime();
@@ -427,7 +427,7 @@ fn ctrl_c_and_sigkill_leave_nothing_and_a_killed_run_checks_incomplete() {
     if !docker::docker_or_skip("k8s_backend_exits") {
         return;
     }
-    let _one = serial();
+    let _one = kube();
     let (_tmp, dir, mut guard) = up();
     let kubeconfig = dir.join("kubeconfig");
     let rt = runtime();

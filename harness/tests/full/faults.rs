@@ -1,7 +1,7 @@
 //! End to end with network faults and etcd clusters: real etcd members, real
 //! proxies, real SIGKILLs. One test at a time (see e2e.rs for why).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! its log, and storage reached as the user's own service over HTTP (`kind =
 //! "http"`). Real processes, real SIGKILL, real sockets.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! empty storage passes, its client-side counts marked as lower bounds; and the
 //! README's sample verdict table has the rows and columns a real run prints.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::Path;

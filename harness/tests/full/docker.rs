@@ -9,7 +9,7 @@
 //! `FENCECHECK_REQUIRE_DOCKER=1` it fails instead. The tests run one at a time (a
 //! shared lock), as in the other end-to-end files.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! SIGSTOP/SIGKILL of its process group. The acceptance, scenario by
 //! scenario.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

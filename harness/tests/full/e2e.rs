@@ -4,7 +4,7 @@
 //! The tests run one at a time (a shared lock): on a 2-core machine, concurrent
 //! clusters would compete for CPU and stretch every timing the scenarios rely on.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
