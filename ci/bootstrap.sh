@@ -11,6 +11,8 @@
 #   - what each lock-client adapter under clients/ needs (its setup.sh)
 #   - chromium (Debian's), only to look at report.html in the tests; producing a
 #     report needs no browser
+#   - docker-registry (Debian's), for the test of the kubernetes backend's
+#     [cluster] registry
 # Each step says what it does. Safe to run again.
 set -euo pipefail
 
@@ -181,6 +183,16 @@ if command -v chromium >/dev/null 2>&1; then
 else
   say "chromium missing (the report tests open report.html in it)"
   apt_install chromium
+fi
+# docker-registry (Debian's, distribution 2.8): the kubernetes backend's test of
+# `[cluster] registry` pushes the run's images to it, run as a process on loopback.
+if [ -x /usr/bin/docker-registry ] && prints 'distribution' /usr/bin/docker-registry --version; then
+  say "docker-registry: $(/usr/bin/docker-registry --version 2>&1 | head -1)"
+else
+  say "docker-registry missing (the test of [cluster] registry pushes to it)"
+  apt_install docker-registry
+  # The package's own service is not wanted; the test starts its own.
+  $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi
 # kube-apiserver 1.20.2 for the kubernetes lock system, built from Debian's kubernetes
 # source package into the cache (5-7.5 min on a fresh 2-core machine, once; it checks the

@@ -90,6 +90,7 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
             let c = kubernetes::connect::connect(
                 scenario.cluster.kubeconfig.as_deref(),
                 scenario.cluster.node.as_deref(),
+                scenario.cluster.registry.is_some(),
             )
             .await
             .map_err(

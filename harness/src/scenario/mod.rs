@@ -121,6 +121,12 @@ pub struct Cluster {
     /// that is this machine (named `localhost` or as this host, or the only one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The kubernetes backend's registry (`host[:port][/path]`): the run's images
+    /// are pushed there and the node pulls them, so the node's container runtime
+    /// need not be this machine's Docker engine. Unset: the node uses the engine's
+    /// images as they are (`imagePullPolicy: Never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
 }
 
 impl Default for Cluster {
@@ -131,6 +137,7 @@ impl Default for Cluster {
             backend: BackendKind::default(),
             kubeconfig: None,
             node: None,
+            registry: None,
         }
     }
 }
@@ -699,6 +706,36 @@ mutex_overlaps = ">0"
         // With a token, the same expectation is fine.
         let ok = text.replace("token = \"none\"", "token = \"grant\"");
         Scenario::parse(&ok, "t.toml").expect("valid with a token");
+    }
+
+    #[test]
+    fn a_registry_that_is_not_a_registry_name_is_refused_at_its_line() {
+        for (bad, why) in [
+            ("https://registry.example.com", "no scheme"),
+            ("registry.example.com/team/fencecheck:1.0", "no tag"),
+            ("registry.example.com/Team", "lower case"),
+            ("", "empty"),
+            ("/team", "no host"),
+        ] {
+            let text = format!(
+                "name = \"x\"\n[cluster]\nbackend = \"kubernetes\"\nregistry = \"{bad}\"\n"
+            );
+            let e = Scenario::parse(&text, "t.toml").unwrap_err();
+            assert_eq!(e.line, Some(4), "{bad}: {e}");
+            assert!(
+                e.message.contains("cluster.registry") && e.message.contains(why),
+                "{bad}: {e}"
+            );
+        }
+        for good in [
+            "127.0.0.1:5000",
+            "registry.example.com:5000/team/sub",
+            "localhost",
+        ] {
+            let text = format!("name = \"x\"\n[cluster]\nregistry = \"{good}\"\n");
+            let s = Scenario::parse(&text, "t.toml").expect(good);
+            assert_eq!(s.cluster.registry.as_deref(), Some(good));
+        }
     }
 
     #[test]

@@ -65,6 +65,17 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
         }
     }
     super::storage::storage_rules(s, &err)?;
+    if let Some(r) = &s.cluster.registry {
+        if let Err(why) = registry_rule(r) {
+            return Err(err(
+                "registry",
+                format!(
+                    "cluster.registry = {r:?}: {why}; expected host[:port][/path], \
+                     e.g. \"registry.example.com:5000/team\""
+                ),
+            ));
+        }
+    }
     let raw = raw_targets(text);
     for i in 0..s.faults.len() {
         let raw_target = raw.get(i).and_then(Option::as_deref);
@@ -162,6 +173,31 @@ pub fn line_of_offset(text: &str, offset: usize) -> usize {
 }
 
 /// The line of the first `key = ...` assignment, for errors found after parsing.
+/// A registry the images' names are put under: `host[:port][/path]`, no scheme,
+/// no tag or digest (each image has its own), a path in lower case.
+fn registry_rule(r: &str) -> Result<(), &'static str> {
+    if r.trim().is_empty() {
+        return Err("empty");
+    }
+    if r.contains("://") {
+        return Err("a name, not a URL (no scheme)");
+    }
+    if r.chars().any(|c| c.is_whitespace() || c == '@') {
+        return Err("no spaces or digest");
+    }
+    let (host, path) = r.split_once('/').unwrap_or((r, ""));
+    if host.is_empty() {
+        return Err("no host");
+    }
+    if path.contains(':') {
+        return Err("no tag (each image has its own)");
+    }
+    if path.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err("a path in lower case");
+    }
+    Ok(())
+}
+
 pub fn line_of_key(text: &str, key: &str) -> Option<usize> {
     text.lines()
         .position(|l| {

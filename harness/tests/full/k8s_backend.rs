@@ -110,6 +110,146 @@ fn run_on_kubernetes(
         .expect("run fencecheck")
 }
 
+fn run_file_on_kubernetes(kubeconfig: &Path, file: &Path, out: &Path) -> std::process::Output {
+    bin()
+        .env("KUBECONFIG", kubeconfig)
+        .arg("scenario")
+        .arg(file)
+        .args(["--backend", "kubernetes", "--quiet", "--out"])
+        .arg(out)
+        .output()
+        .expect("run fencecheck")
+}
+
+/// A registry on loopback: Debian's docker-registry (distribution 2.8,
+/// `ci/bootstrap.sh` installs it), storing in a temporary directory, its access
+/// log in a file; stopped on drop.
+struct Registry {
+    child: Child,
+    /// What `[cluster] registry` says: `127.0.0.1:<port>/fc` (a path too, as a
+    /// team's registry would have).
+    name: String,
+    log: PathBuf,
+}
+
+impl Registry {
+    fn start(work: &Path) -> Registry {
+        let bin = Path::new("/usr/bin/docker-registry");
+        assert!(
+            bin.exists(),
+            "{} missing: run ci/bootstrap.sh",
+            bin.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = work.join("registry");
+        std::fs::create_dir_all(dir.join("data")).expect("mkdir");
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )
+        .expect("write config");
+        // Its access log goes to stdout, the rest to stderr: both to one file.
+        let log = dir.join("registry.log");
+        let file = std::fs::File::create(&log).expect("log");
+        let child = std::process::Command::new(bin)
+            .args(["serve"])
+            .arg(&config)
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .spawn()
+            .expect("start docker-registry");
+        let reg = Registry {
+            child,
+            name: format!("127.0.0.1:{port}/fc"),
+            log,
+        };
+        // Ready when /v2/ answers 200.
+        let t0 = Instant::now();
+        loop {
+            let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut c| {
+                use std::io::{Read, Write};
+                c.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n")?;
+                let mut s = String::new();
+                c.read_to_string(&mut s)?;
+                Ok(s)
+            });
+            if answer.is_ok_and(|a| a.starts_with("HTTP/1.0 200") || a.starts_with("HTTP/1.1 200"))
+            {
+                return reg;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "docker-registry did not answer /v2/ within 20 s: {}",
+                std::fs::read_to_string(&reg.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every image the run's pods asked for is named in this registry, and the
+    /// node's engine pulled each one from it.
+    fn pulled_every_image(&self, k: &Value) {
+        assert_eq!(k["registry"], self.name.as_str(), "{k}");
+        let images: Vec<&str> = k["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        // The member's, the storage's and the workers'.
+        assert_eq!(images.len(), 3, "{k}");
+        let log = std::fs::read_to_string(&self.log).expect("registry log");
+        for image in images {
+            let rest = image
+                .strip_prefix(&format!("{}/", self.name))
+                .unwrap_or_else(|| panic!("{image} is not in {}", self.name));
+            let (repo, tag) = rest.rsplit_once(':').expect("a tag");
+            // A pull resolves the tag (a HEAD of its manifest; then a GET by
+            // digest, unless the engine already knows that digest); a push only
+            // puts the manifest.
+            let asked = format!("\"HEAD /v2/fc/{repo}/manifests/{tag} ");
+            assert!(
+                log.contains(&asked),
+                "no {asked} in the registry's log:\n{log}"
+            );
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The names the node's pulls left on this machine's engine (the images
+        // stay under their own names).
+        let host = self.name.split('/').next().unwrap_or_default().to_string();
+        if let Ok(o) = std::process::Command::new("docker")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+            .output()
+        {
+            let pulled: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&format!("{host}/")))
+                .map(str::to_string)
+                .collect();
+            if !pulled.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .arg("rmi")
+                    .args(&pulled)
+                    .output();
+            }
+        }
+    }
+}
+
 /// Brings the local cluster up in a temporary directory (down on drop).
 fn up() -> (tempfile::TempDir, PathBuf, DownOnDrop) {
     let (tmp, dir, guard) = state_dir();
@@ -147,7 +287,24 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     ] {
         let out = work.path().join(name);
         let t0 = Instant::now();
-        let o = run_on_kubernetes(&kubeconfig, name, &[], &out);
+        // `pause` through a registry (Debian's docker-registry, a process on
+        // loopback): its images are pushed there and kubelet pulls them.
+        let registry = (name == "pause").then(|| Registry::start(work.path()));
+        let o = match &registry {
+            None => run_on_kubernetes(&kubeconfig, name, &[], &out),
+            Some(reg) => {
+                let text = std::fs::read_to_string(repo_root().join("scenarios/pause.toml"))
+                    .expect("pause.toml");
+                let file = work.path().join("pause-registry.toml");
+                let with = text.replacen(
+                    "[cluster]\n",
+                    &format!("[cluster]\nregistry = \"{}\"\n", reg.name),
+                    1,
+                );
+                std::fs::write(&file, with).expect("write");
+                run_file_on_kubernetes(&kubeconfig, &file, &out)
+            }
+        };
         times.insert(name, t0.elapsed().as_secs_f64());
         assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
         let r = read_report(&out);
@@ -188,6 +345,9 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
             .max()
             .unwrap_or(0);
         assert!(log > 0, "{name}: member 0's log is empty");
+        if let Some(reg) = &registry {
+            reg.pulled_every_image(&k);
+        }
         wait_nothing_left(&rt, &kubeconfig, &run_id, name);
         assert_nothing_left(&out);
     }
@@ -200,6 +360,21 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     eprintln!("k8s_backend: wall time per scenario (s): {times:?}");
     down(&dir, &mut guard);
 }
+
+/// Nodes registered through the API as a kubelet would register them (Ready,
+/// containerd), none with a kubelet behind it: name, boot id (`None`: this
+/// machine's), InternalIP. `elsewhere` is another machine; `containerd-here` this
+/// machine's containerd (loopback is this machine's address); `in-a-container`
+/// this kernel in a network of its own (a documentation address).
+const FAKE_NODES: [(&str, Option<&str>, &str); 3] = [
+    (
+        "elsewhere",
+        Some("00000000-0000-0000-0000-000000000000"),
+        "192.0.2.1",
+    ),
+    ("containerd-here", None, "127.0.0.1"),
+    ("in-a-container", None, "192.0.2.7"),
+];
 
 /// The namespaces whose names start with `fencecheck-` (a run's).
 fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String> {
@@ -238,28 +413,36 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
             .expect("client");
         let pp = PostParams::default();
         let nodes: Api<Node> = Api::all(client.clone());
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": "elsewhere" }
-        }))
-        .expect("node");
-        nodes
-            .create(&pp, &node)
-            .await
-            .expect("create node elsewhere");
-        let status = serde_json::json!({ "status": {
-            "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
-            "nodeInfo": {
-                "bootID": "00000000-0000-0000-0000-000000000000",
-                "containerRuntimeVersion": "containerd://1.6.4",
-                "architecture": "amd64", "operatingSystem": "linux", "kernelVersion": "",
-                "osImage": "", "kubeletVersion": "v1.20.2", "kubeProxyVersion": "",
-                "machineID": "", "systemUUID": "",
-            },
-        }});
-        nodes
-            .patch_status("elsewhere", &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("node elsewhere Ready");
+        let ours = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .expect("boot id")
+            .trim()
+            .to_string();
+        for (name, boot, address) in FAKE_NODES {
+            let boot = boot.unwrap_or(&ours);
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name }
+            }))
+            .expect("node");
+            nodes
+                .create(&pp, &node)
+                .await
+                .unwrap_or_else(|e| panic!("create node {name}: {e}"));
+            let status = serde_json::json!({ "status": {
+                "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
+                "addresses": [{ "type": "InternalIP", "address": address }],
+                "nodeInfo": {
+                    "bootID": boot,
+                    "containerRuntimeVersion": "containerd://1.6.4",
+                    "architecture": "amd64", "operatingSystem": "linux", "kernelVersion": "",
+                    "osImage": "", "kubeletVersion": "v1.20.2", "kubeProxyVersion": "",
+                    "machineID": "", "systemUUID": "",
+                },
+            }});
+            nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .unwrap_or_else(|e| panic!("node {name} Ready: {e}"));
+        }
         let nss: Api<Namespace> = Api::all(client.clone());
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({ "metadata": { "name": "limited" } }))
@@ -336,20 +519,41 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
             "{want:?} started a run"
         );
     };
-    for (node, want) in [
+    for (node, registry, want) in [
         (
             "elsewhere",
-            &[":4:", "node elsewhere is not this machine", "registry"][..],
+            "",
+            &[
+                ":4:",
+                "node elsewhere is not this machine",
+                "other machines' nodes is not built",
+            ][..],
         ),
         (
             "nowhere",
+            "",
             &[":4:", "cluster.node", "no node \"nowhere\"", "localhost"][..],
+        ),
+        // This machine's containerd: the engine's images are not its images.
+        (
+            "containerd-here",
+            "",
+            &[":4:", "containerd://1.6.4", "set [cluster] registry"][..],
+        ),
+        // A node in a container on this machine (kind's): a registry does not
+        // make its network this machine's.
+        (
+            "in-a-container",
+            "registry = \"127.0.0.1:5999\"\n",
+            &[":4:", "not in its network", "192.0.2.7"][..],
         ),
     ] {
         let file = work.join(format!("{node}.toml"));
         std::fs::write(
             &file,
-            format!("name = \"{node}\"\n[cluster]\nbackend = \"kubernetes\"\nnode = \"{node}\"\n"),
+            format!(
+                "name = \"{node}\"\n[cluster]\nbackend = \"kubernetes\"\nnode = \"{node}\"\n{registry}"
+            ),
         )
         .expect("write");
         refused(&file, kubeconfig, &[], want);
@@ -381,9 +585,11 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
         let client = fencecheck::cluster::api::client(kubeconfig)
             .await
             .expect("client");
-        let _ = Api::<k8s_openapi::api::core::v1::Node>::all(client)
-            .delete("elsewhere", &Default::default())
-            .await;
+        for (name, _, _) in FAKE_NODES {
+            let _ = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                .delete(name, &Default::default())
+                .await;
+        }
     });
 }
 

@@ -141,8 +141,9 @@ impl std::fmt::Display for NodeError {
 impl std::error::Error for NodeError {}
 
 /// Finds the cluster and checks it can run this run's pods; `node` is the
-/// scenario's `[cluster] node`.
-pub async fn connect(given: Option<&Path>, node: Option<&str>) -> Result<Cluster> {
+/// scenario's `[cluster] node`; `registry`: `[cluster] registry` is set (the
+/// node pulls the images from there).
+pub async fn connect(given: Option<&Path>, node: Option<&str>, registry: bool) -> Result<Cluster> {
     let (path, source) = kubeconfig(given)?;
     if !path.exists() {
         bail!(
@@ -183,7 +184,7 @@ pub async fn connect(given: Option<&Path>, node: Option<&str>) -> Result<Cluster
             );
         }
     }
-    let node = this_node(&client, node).await?;
+    let node = this_node(&client, node, registry).await?;
     Ok(Cluster {
         client,
         streams,
@@ -229,11 +230,12 @@ async fn allowed(
 
 /// The node the run's pods go to. They use the host's network and the harness
 /// reaches them on loopback addresses, as its own processes, and their images are
-/// built on this machine's Docker engine (no registry): so it is the node the
-/// harness runs on — `wanted` (`[cluster] node`), else the local cluster's
-/// (`fencecheck cluster up`), a node named as this machine, or the only node —
-/// and it must be Ready, this machine, and run its pods on Docker.
-async fn this_node(client: &kube::Client, wanted: Option<&str>) -> Result<String> {
+/// built on this machine's Docker engine: so it is the node the harness runs on —
+/// `wanted` (`[cluster] node`), else the local cluster's (`fencecheck cluster
+/// up`), a node named as this machine, or the only node — and it must be Ready,
+/// this machine in its network, and run its pods on Docker unless `registry`
+/// (`not_here`).
+async fn this_node(client: &kube::Client, wanted: Option<&str>, registry: bool) -> Result<String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
         .list(&ListParams::default())
@@ -295,50 +297,142 @@ async fn this_node(client: &kube::Client, wanted: Option<&str>) -> Result<String
     let runtime = info
         .map(|i| i.container_runtime_version.as_str())
         .unwrap_or_default();
-    if let Some(why) = not_here(&boot, node_boot, runtime) {
-        return Err(NodeError(format!(
-            "backend \"kubernetes\": node {node} {why}: the run's images are built on this \
-             machine's Docker engine and would not be on it (pushing them to a registry, \
-             [cluster] registry, is not built), and its pods could not reach the harness on \
-             loopback addresses"
-        ))
-        .into());
+    let addresses: Vec<String> = status
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let here = Here {
+        boot: &boot,
+        node_boot,
+        runtime,
+        pulls: registry,
+        addresses: &addresses,
+    };
+    if let Some(why) = not_here(&here, is_local_address) {
+        return Err(NodeError(format!("backend \"kubernetes\": node {node} {why}")).into());
     }
     Ok(node)
 }
 
-/// Why a node with boot id `node_boot` and container runtime `runtime` is not
-/// this machine's Docker engine, if it is not. The same boot id means the same
-/// kernel (a node in a container on this machine, like kind's, has it too), so the
-/// runtime must be Docker as well: kubelet's dockershim sees the engine's images.
-fn not_here(boot: &str, node_boot: &str, runtime: &str) -> Option<String> {
-    if node_boot.is_empty() || node_boot != boot {
+/// What `not_here` judges a node by.
+struct Here<'a> {
+    /// This machine's boot id, and the node's as kubelet reports it.
+    boot: &'a str,
+    node_boot: &'a str,
+    /// The node's container runtime (`docker://20.10.5`, `containerd://1.6.4`).
+    runtime: &'a str,
+    /// `[cluster] registry` is set: the node pulls the images from there.
+    pulls: bool,
+    /// The node's InternalIP and ExternalIP addresses.
+    addresses: &'a [String],
+}
+
+/// Why the run's pods could not run on this node, if they could not. They use the
+/// host's network and mount the run directory and the fencecheck binary from the
+/// node, so the node must be this machine (its boot id: the same kernel), in this
+/// machine's network (one of its addresses is one of ours: a node in a container
+/// on this machine, like kind's, has the same boot id but a network of its own),
+/// and must find the images: on this machine's Docker engine, where they are
+/// built (kubelet's dockershim sees them), or in `[cluster] registry`.
+fn not_here(h: &Here, local: impl Fn(&str) -> bool) -> Option<String> {
+    if h.node_boot.is_empty() || h.node_boot != h.boot {
         return Some(format!(
-            "is not this machine (its boot id {node_boot:?}, this machine's {boot:?})"
+            "is not this machine (its boot id {:?}, this machine's {:?}): the run's pods \
+             use the host's network and mount the run directory from the node, so they \
+             could not reach the harness on loopback addresses; running them on other \
+             machines' nodes is not built",
+            h.node_boot, h.boot
         ));
     }
-    if !runtime.starts_with("docker://") {
+    if !h.addresses.is_empty() && !h.addresses.iter().any(|a| local(a)) {
         return Some(format!(
-            "runs its pods on {runtime:?}, not on this machine's Docker engine"
+            "is on this machine but not in its network (its addresses {} are not this \
+             machine's: a node in a container, like kind's): the run's pods on the host's \
+             network could not reach the harness on loopback addresses",
+            h.addresses.join(", ")
+        ));
+    }
+    if !h.pulls && !h.runtime.starts_with("docker://") {
+        return Some(format!(
+            "runs its pods on {:?}, not on this machine's Docker engine, where the run's \
+             images are built: set [cluster] registry to push them where the node pulls them",
+            h.runtime
         ));
     }
     None
 }
 
+/// Is `addr` an address of this network namespace (one a socket can bind)?
+fn is_local_address(addr: &str) -> bool {
+    addr.parse::<std::net::IpAddr>()
+        .ok()
+        .is_some_and(|ip| std::net::UdpSocket::bind((ip, 0)).is_ok())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::not_here;
+    use super::{not_here, Here};
+
+    fn here<'a>(
+        node_boot: &'a str,
+        runtime: &'a str,
+        pulls: bool,
+        addresses: &'a [String],
+    ) -> Here<'a> {
+        Here {
+            boot: "b1",
+            node_boot,
+            runtime,
+            pulls,
+            addresses,
+        }
+    }
 
     #[test]
-    fn only_a_docker_node_with_this_boot_id_is_here() {
-        assert_eq!(not_here("b1", "b1", "docker://20.10.5"), None);
-        let other = not_here("b1", "b2", "docker://20.10.5").expect("another machine");
+    fn only_a_node_of_this_machine_in_its_network_that_finds_the_images_is_here() {
+        let ours = vec!["10.0.0.5".to_string()];
+        let local = |a: &str| a == "10.0.0.5";
+        assert_eq!(
+            not_here(&here("b1", "docker://20.10.5", false, &ours), local),
+            None
+        );
+        let other = not_here(&here("b2", "docker://20.10.5", false, &ours), local)
+            .expect("another machine");
         assert!(
             other.contains("is not this machine") && other.contains("b2"),
             "{other}"
         );
-        assert!(not_here("b1", "", "docker://20.10.5").is_some());
-        let kind = not_here("b1", "b1", "containerd://1.6.4").expect("containerd");
-        assert!(kind.contains("containerd://1.6.4"), "{kind}");
+        assert!(not_here(&here("", "docker://20.10.5", false, &ours), local).is_some());
+        // containerd on this machine: its images are not the engine's, unless a
+        // registry brings them.
+        let cd =
+            not_here(&here("b1", "containerd://1.6.4", false, &ours), local).expect("containerd");
+        assert!(
+            cd.contains("containerd://1.6.4") && cd.contains("[cluster] registry"),
+            "{cd}"
+        );
+        assert_eq!(
+            not_here(&here("b1", "containerd://1.6.4", true, &ours), local),
+            None
+        );
+        // kind: this kernel, a network of its own; a registry does not help.
+        let kind = vec!["172.18.0.2".to_string()];
+        let k = not_here(&here("b1", "containerd://1.6.4", true, &kind), local).expect("kind");
+        assert!(
+            k.contains("not in its network") && k.contains("172.18.0.2"),
+            "{k}"
+        );
+    }
+
+    #[test]
+    fn loopback_is_local_and_a_documentation_address_is_not() {
+        assert!(super::is_local_address("127.0.0.1"));
+        assert!(!super::is_local_address("192.0.2.1"));
+        assert!(!super::is_local_address("not an address"));
     }
 }

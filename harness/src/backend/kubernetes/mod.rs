@@ -31,6 +31,7 @@ pub mod connect;
 pub mod namespace;
 pub mod pods;
 pub mod reaper;
+pub mod registry;
 pub mod workers;
 
 use std::collections::HashSet;
@@ -96,6 +97,8 @@ pub struct KubernetesBackend {
     /// waiting for kubelet's garbage collection.
     docker: testcontainers::bollard::Docker,
     run_id: String,
+    /// `[cluster] registry`: where the run's images are pushed for the node.
+    registry: Option<String>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -109,6 +112,10 @@ struct Record<'a> {
     node: &'a str,
     namespace: &'a str,
     label: String,
+    /// `[cluster] registry`, when the node pulls the images from there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registry: Option<&'a str>,
+    /// The images' names as the pods ask for them.
     images: Vec<&'a str>,
     pods: Vec<&'a str>,
     /// Per pod: ms from its creation until its container ran, and until the
@@ -159,6 +166,14 @@ impl KubernetesBackend {
             }
             (None, None) => Some(crate::images::agent_storage_image(&engine.docker, say).await?),
         };
+        // Without a registry the pods use the engine's images as they are.
+        let registry = scenario.cluster.registry.as_deref();
+        let member_image =
+            registry::place(&engine.docker, registry, &member_image.tag, say).await?;
+        let storage_image = match storage_image {
+            Some(i) => Some(registry::place(&engine.docker, registry, &i.tag, say).await?),
+            None => None,
+        };
         let run_id = super::docker::new_run_id();
         let ns = namespace::name(&run_id);
         let n = scenario.member_count();
@@ -191,13 +206,17 @@ impl KubernetesBackend {
             reaper: None,
             docker: engine.docker.clone(),
             run_id: run_id.clone(),
+            registry: registry.map(str::to_string),
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
         let access = connect::reaper_access(&cluster);
-        let reaper_image = crate::images::reaper_image(&engine.docker, say).await;
+        let reaper_image = match crate::images::reaper_image(&engine.docker, say).await {
+            Ok(i) => registry::place(&engine.docker, registry, &i.tag, say).await,
+            Err(e) => Err(e),
+        };
         let started = match (access, reaper_image) {
-            (Ok(a), Ok(i)) => reaper::start(&cluster.client, &ns, &run_id, &a, &i.tag, say).await,
+            (Ok(a), Ok(i)) => reaper::start(&cluster.client, &ns, &run_id, &a, &i, say).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
         match started {
@@ -226,13 +245,11 @@ impl KubernetesBackend {
             node: &cluster.node,
             namespace: &ns,
             label: format!("{RUN_LABEL}={run_id}"),
-            images: [
-                Some(member_image.tag.as_str()),
-                storage_image.as_ref().map(|i| i.tag.as_str()),
-            ]
-            .into_iter()
-            .flatten()
-            .collect(),
+            registry,
+            images: [Some(member_image.as_str()), storage_image.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect(),
             pods: Vec::new(),
             ready: Vec::new(),
             ready_ms: 0,
@@ -244,8 +261,8 @@ impl KubernetesBackend {
                 &run_dir,
                 scenario,
                 specs,
-                &member_image.tag,
-                storage_image.as_ref().map(|i| i.tag.as_str()),
+                &member_image,
+                storage_image.as_deref(),
                 record,
             )
             .await;

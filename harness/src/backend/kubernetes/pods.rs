@@ -55,6 +55,17 @@ pub struct PodSpecIn<'a> {
     pub host_files: Vec<PathBuf>,
 }
 
+/// `Never` for an image of this machine's engine (`fencecheck/…`: the node is
+/// this machine and has it); `IfNotPresent` for its name in `[cluster] registry`
+/// (`registry.rs`): the tags are content hashes, so a node pulls each one once.
+pub fn pull_policy(image: &str) -> &'static str {
+    if image.starts_with("fencecheck/") {
+        "Never"
+    } else {
+        "IfNotPresent"
+    }
+}
+
 pub fn pod(p: &PodSpecIn) -> Pod {
     let mut command = vec![AGENT.to_string(), "run".into(), "--".into()];
     command.extend(p.program.iter().cloned());
@@ -147,7 +158,7 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             containers: vec![Container {
                 name: CONTAINER.into(),
                 image: Some(p.image.to_string()),
-                image_pull_policy: Some("Never".into()),
+                image_pull_policy: Some(pull_policy(p.image).into()),
                 command: Some(command),
                 env: Some(env),
                 volume_mounts: Some(mounts),

@@ -200,7 +200,7 @@ async fn make_pod(
             containers: vec![Container {
                 name: "reaper".into(),
                 image: Some(image.into()),
-                image_pull_policy: Some("Never".into()),
+                image_pull_policy: Some(super::pods::pull_policy(image).into()),
                 command: Some(
                     [
                         BINARY,

@@ -58,6 +58,8 @@ impl KubernetesBackend {
         say: &dyn Fn(&str),
     ) -> Result<Vec<PodWorker>> {
         let image = crate::images::worker_image(&self.docker, say).await?;
+        let image =
+            super::registry::place(&self.docker, self.registry.as_deref(), &image.tag, say).await?;
         let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
         say(&format!(
             "starting {} worker pod(s) in namespace {}",
@@ -72,7 +74,7 @@ impl KubernetesBackend {
                 run_id: &self.run_id,
                 role: "worker",
                 node: &self.node,
-                image: &image.tag,
+                image: &image,
                 program: l.program.clone(),
                 env: l.env.clone(),
                 run_dir: &self.run_dir,
@@ -111,7 +113,7 @@ impl KubernetesBackend {
                 start,
             });
         }
-        self.record_workers(&image.tag, ready);
+        self.record_workers(&image, ready);
         Ok(out)
     }
 
