@@ -152,8 +152,9 @@ impl KubernetesBackend {
             Some(_) => None,
             None => crate::resources::resource(scenario).docker_storage(scenario),
         };
-        // The images, built on this machine's Docker engine: the local cluster's
-        // node runs on it, so its pods find them without a registry.
+        // The images, built on this machine's Docker engine: a node on that engine
+        // (the local cluster's) finds them there; any other pulls them from
+        // `[cluster] registry` (`registry.rs`).
         let engine = super::docker::engine(super::docker::ENGINE_TIMEOUT)
             .await
             .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;

@@ -47,11 +47,12 @@ pub async fn push(
     tag: &str,
     say: &dyn Fn(&str),
 ) -> Result<String> {
-    let remote = name_in(registry, tag);
-    let (repo, version) = remote
+    let (local_repo, version) = tag
         .rsplit_once(':')
-        .filter(|(repo, _)| !repo.ends_with('/') && !repo.is_empty())
         .with_context(|| format!("image {tag} has no tag"))?;
+    let repo = name_in(registry, local_repo);
+    let repo = repo.as_str();
+    let remote = format!("{repo}:{version}");
     docker
         .tag_image(
             tag,
