@@ -163,7 +163,8 @@ pub async fn agent_storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<
 /// A lock system's image for the kubernetes backend
 /// (`fencecheck/<name>-pod:<version>-<hash>`): the system image's files and the
 /// static in-pod agent (`agent/`) at `/fencecheck-agent`, which the pod runs as
-/// its entry point with the member's program under it.
+/// its entry point with the member's program under it, and clockshim at its path
+/// when it is built.
 pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str)) -> Result<Image> {
     let mut ctx = tokio::task::block_in_place(|| deploy.image())?;
     let agent = tokio::task::block_in_place(|| static_binary("fencecheck-agent", say))?;
@@ -171,6 +172,13 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
         std::fs::read(&agent).with_context(|| format!("cannot read {}", agent.display()))?;
     ctx.files
         .insert("rootfs/fencecheck-agent".into(), (0o755, bytes));
+    // clockshim at its path on this machine, where a member spec that steps a
+    // clock preloads it from (Redis's; it needs only the C library, which every
+    // system image holds).
+    let shim = crate::clockshim::path();
+    if shim.is_file() {
+        add_file(&mut ctx.files, &shim, &shim)?;
+    }
     let name = deploy.image_name();
     let tag = format!("fencecheck/{name}-pod:{}-{}", deploy.version(), ctx.hash());
     ensure(docker, &tag, name, &ctx, say).await

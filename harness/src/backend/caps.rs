@@ -54,7 +54,9 @@ pub fn docker() -> Caps {
 
 /// Pods on the harness's own node, on the host's network: every member link has
 /// a proxy of the harness's in front of it, as on the process backend; the
-/// in-pod agent pauses, kills and restarts; no clockshim in the images.
+/// in-pod agent pauses, kills and restarts; clockshim is in the member and worker
+/// images, preloaded where a scenario steps a clock, its offset file in the run
+/// directory every pod mounts.
 pub fn kubernetes() -> Caps {
     Caps {
         pause: true,
@@ -63,7 +65,7 @@ pub fn kubernetes() -> Caps {
         cut_member_links: true,
         slow_member_links: true,
         peer_proxies: true,
-        step_clocks: false,
+        step_clocks: true,
     }
 }
 

@@ -34,8 +34,9 @@ pub fn available(a: &Ask) -> Result<(), String> {
         }
         if !a.backend.step_clocks {
             return Err(
-                "clock-jump is done on the process backend only (clockshim is preloaded \
-                 into the workers' processes); use backend = \"process\""
+                "clock-jump is done on the process and kubernetes backends (clockshim is \
+                 preloaded into the workers' processes), not on docker; use backend = \
+                 \"process\""
                     .into(),
             );
         }
@@ -50,8 +51,9 @@ pub fn available(a: &Ask) -> Result<(), String> {
     }
     if !a.backend.step_clocks {
         return Err(
-            "clock-jump is done on the process backend only (clockshim is preloaded \
-             into the members' processes); use backend = \"process\""
+            "clock-jump is done on the process and kubernetes backends (clockshim is \
+             preloaded into the members' processes), not on docker; use backend = \
+             \"process\""
                 .into(),
         );
     }

@@ -21,8 +21,9 @@
 //!   (`workers.rs` says why); pause, kill and restart of a member or the storage are the agent's
 //!   `stop`, `kill`, `start` (exec through the API server), each read back from the
 //!   pod's `/proc`; delay and partition of member links go through the harness's
-//!   peer proxies (the pods share the host's network); member clocks cannot be
-//!   stepped (no clockshim in the images).
+//!   peer proxies (the pods share the host's network); a member's clock steps
+//!   through its clockshim offset file in the run directory, as on the process
+//!   backend (clockshim is in the member image at its path on this machine).
 //! - Each pod's output is streamed into the run directory as it comes.
 //! - Clean-up: `stop` deletes the namespace with its pods; a guard does it on drop
 //!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
@@ -85,6 +86,11 @@ pub struct KubernetesBackend {
     peer_proxies: Vec<Proxy>,
     /// Each member's client address.
     clients: Vec<SocketAddr>,
+    /// Each member's clockshim offset file, when its system's member spec runs
+    /// it under clockshim (a Redis instance of a scenario that steps a clock):
+    /// in the run directory, which its pod mounts at the same path, so the
+    /// harness steps it exactly as the process backend does.
+    clocks: Vec<Option<PathBuf>>,
     paused: HashSet<Service>,
     logs: Vec<tokio::task::JoinHandle<()>>,
     /// Still to be deleted (the namespace exists).
@@ -201,6 +207,15 @@ impl KubernetesBackend {
             storage_addr: external,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
             clients: at.iter().map(|a| a.client).collect(),
+            clocks: specs
+                .iter()
+                .zip(&at)
+                .map(|(spec, p)| {
+                    spec.clock_file
+                        .as_ref()
+                        .map(|f| PathBuf::from(p.config_file(f)))
+                })
+                .collect(),
             paused: HashSet::new(),
             logs: Vec::new(),
             armed: true,
@@ -562,6 +577,19 @@ impl KubernetesBackend {
     }
 
     /// SIGKILL of member `i`'s program; its pod, data and address stay.
+    /// Steps member `i`'s wall clock by `by` through its clockshim offset file
+    /// (the pod's image has clockshim at its path on this machine, and the
+    /// member's spec preloads it); returns the offset before and after (ns).
+    pub fn step_clock(&self, i: usize, by: Duration) -> Result<(i64, i64)> {
+        let file = self
+            .clocks
+            .get(i)
+            .context("no such member")?
+            .as_ref()
+            .context("this member runs without clockshim: its clock cannot be stepped")?;
+        crate::clockshim::step(file, by)
+    }
+
     pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         self.kill(Service::Member(i)).await
     }

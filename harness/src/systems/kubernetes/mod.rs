@@ -97,7 +97,7 @@ impl crate::systems::System for Kubernetes {
 #[cfg(test)]
 mod tests {
     use crate::plan::assert_available;
-    use crate::scenario::BackendKind::{Docker, Process};
+    use crate::scenario::BackendKind::{Docker, Kubernetes, Process};
     use crate::scenario::FaultKind::*;
     use crate::scenario::ServiceKind;
 
@@ -112,7 +112,8 @@ mod tests {
                 (Process, Pause, "leader", Some("leader")),
                 (Process, Pause, "member:0", None),
                 (Process, ClockJump, "holder", None),
-                (Docker, ClockJump, "holder", Some("process backend only")),
+                (Docker, ClockJump, "holder", Some("not on docker")),
+                (Kubernetes, ClockJump, "holder", None),
                 (Process, ClockJump, "member:0", Some("not available")),
             ],
         );

@@ -104,7 +104,7 @@ impl crate::systems::System for Redis {
 #[cfg(test)]
 mod tests {
     use crate::plan::assert_available;
-    use crate::scenario::BackendKind::{Auto, Docker, Process};
+    use crate::scenario::BackendKind::{Auto, Docker, Kubernetes, Process};
     use crate::scenario::FaultKind::*;
     use crate::scenario::ServiceKind;
 
@@ -126,7 +126,8 @@ mod tests {
                 (Process, Delay, "holder->service", None),
                 (Process, ClockJump, "member:0", None),
                 (Auto, ClockJump, "member:0", None),
-                (Docker, ClockJump, "member:0", Some("process backend only")),
+                (Docker, ClockJump, "member:0", Some("not on docker")),
+                (Kubernetes, ClockJump, "member:0", None),
             ],
         );
     }
