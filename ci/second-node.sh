@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# ci/second-node.sh up|down|status — a second node for the local Kubernetes
+# cluster (`fencecheck cluster up`) that is NOT the harness's network: the test
+# bed for running the kubernetes backend's pods on nodes other than its own
+# (docs/backends.md, "Not built yet"). Nothing in CI uses it yet.
+#
+# The node is this kernel, but everything a remote node differs in for the
+# backend is its own:
+# - a network namespace (`fcn2`) joined to this machine by a veth pair
+#   (this side 10.251.0.1, the node 10.251.0.2): a pod on the host's network
+#   listens on the node's addresses, and this machine's loopback is not its;
+# - a Docker engine of its own (its own data root, socket, containerd): it has
+#   none of this machine's images; the pause image is loaded into it, every
+#   other image has to come from a registry (`[cluster] registry`): the node's
+#   127.0.0.1:5000 (FENCECHECK_NODE2_REGISTRY_PORT) is carried to this
+#   machine's 10.251.0.1:5000, so a registry listening here on 0.0.0.0:5000 is
+#   `127.0.0.1:5000` to both engines, plain HTTP on loopback for each;
+# - kubelet 1.20.2 (the local cluster's build) in that namespace, registered as
+#   node `10.251.0.2`: named by its address, so the apiserver reaches it for
+#   logs and exec without DNS (it dials the Hostname address first).
+# The apiserver listens on loopback, so a small forwarder carries
+# 10.251.0.1:<port> to it; the node's kubeconfig names the certificate's
+# 127.0.0.1 as the TLS server name.
+#
+# Why not kind or k3s: neither is reachable from here. Why not a kubelet in a
+# container: the same, with more to build (a Docker engine inside it).
+# Tried on this machine (Docker 20.10, cgroup v1): the node is Ready in about
+# 20 s; a pod with `nodeName: 10.251.0.2`, `hostNetwork: true` and an image
+# loaded into its engine runs and answers on 10.251.0.2 (not on 127.0.0.1),
+# and its log comes through the API.
+#
+# `down` removes everything `up` made (the node object too); `up` twice is
+# refused. Must run as root (network namespaces, a Docker engine).
+set -euo pipefail
+
+CACHE=${FENCECHECK_CACHE:-$HOME/.cache/fencecheck}
+CLUSTER=${FENCECHECK_CLUSTER_DIR:-$CACHE/cluster}
+STATE=$CACHE/node2
+NETNS=fcn2
+HOST_IP=10.251.0.1
+NODE_IP=10.251.0.2
+NODE=$NODE_IP
+KUBELET=$CACHE/kubernetes/bin/kubelet
+REGISTRY_PORT=${FENCECHECK_NODE2_REGISTRY_PORT:-5000}
+D2="docker -H unix://$STATE/docker.sock"
+
+die() { echo "second-node: $*" >&2; exit 2; }
+
+api() { # METHOD PATH [curl args...]
+	local m=$1 p=$2
+	shift 2
+	curl -sk -m 10 -X "$m" -H "Authorization: Bearer $TOKEN" "$SERVER$p" "$@"
+}
+
+cluster_facts() {
+	[ -f "$CLUSTER/kubeconfig" ] || die "no local cluster ($CLUSTER/kubeconfig missing): run \`fencecheck cluster up\` first"
+	SERVER=$(awk '/server:/ {print $2; exit}' "$CLUSTER/kubeconfig")
+	TOKEN=$(awk '/token:/ {print $2; exit}' "$CLUSTER/kubeconfig")
+	PORT=${SERVER##*:}
+}
+
+# Waits until `cmd` succeeds, at most `secs` seconds; says `what` if it never does.
+wait_for() {
+	local secs=$1 what=$2
+	shift 2
+	local end=$((SECONDS + secs))
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $end ] || die "$what not within ${secs}s (see $STATE/*.log)"
+		sleep 0.5
+	done
+}
+
+node_ready() {
+	api GET "/api/v1/nodes/$NODE" | python3 -c '
+import json, sys
+n = json.load(sys.stdin)
+ok = any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+sys.exit(0 if ok else 1)'
+}
+
+up() {
+	[ "$(id -u)" = 0 ] || die "must run as root (a network namespace, a Docker engine)"
+	[ -x "$KUBELET" ] || die "kubelet is not built ($KUBELET): run ci/bootstrap.sh"
+	cluster_facts
+	[ ! -e "$STATE" ] || die "already up ($STATE exists): ci/second-node.sh down first"
+	local pause
+	pause=$(docker images 'fencecheck/pause' --format '{{.Repository}}:{{.Tag}}' | head -n1)
+	[ -n "$pause" ] || die "no fencecheck/pause image on this machine's engine: run \`fencecheck cluster up\`"
+	mkdir -p "$STATE/kubelet/pki"
+
+	ip netns add $NETNS
+	ip link add $NETNS-h type veth peer name $NETNS-n
+	ip link set $NETNS-n netns $NETNS
+	ip addr add $HOST_IP/24 dev $NETNS-h
+	ip link set $NETNS-h up
+	ip netns exec $NETNS ip addr add $NODE_IP/24 dev $NETNS-n
+	ip netns exec $NETNS ip link set $NETNS-n up
+	ip netns exec $NETNS ip link set lo up
+	ip netns exec $NETNS ip route add default via $HOST_IP
+
+	# nsenter, not `ip netns exec`: that one remounts /sys, and the engine then
+	# finds no cgroup mounts. An empty config file: this machine's daemon.json
+	# names its own data root and storage driver.
+	echo '{}' >"$STATE/daemon.json"
+	nohup nsenter --net=/var/run/netns/$NETNS dockerd --config-file "$STATE/daemon.json" \
+		--data-root "$STATE/docker" --exec-root "$STATE/exec" --pidfile "$STATE/dockerd.pid" \
+		-H "unix://$STATE/docker.sock" --bridge=none --iptables=false --ip-masq=false \
+		--ip-forward=false --storage-driver=vfs --cgroup-parent=/$NETNS \
+		--insecure-registry=10.251.0.0/24 >"$STATE/dockerd.log" 2>&1 &
+	wait_for 60 "the node's Docker engine" $D2 version
+	docker save "$pause" | $D2 load >/dev/null
+
+	cat >"$STATE/forward.py" <<'EOF'
+import socket, sys, threading
+lh, lp, th, tp = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def pipe(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+    except OSError:
+        pass
+    finally:
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((lh, lp))
+s.listen(64)
+while True:
+    c, _ = s.accept()
+    try:
+        u = socket.create_connection((th, tp))
+    except OSError:
+        c.close()
+        continue
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+EOF
+	nohup python3 "$STATE/forward.py" $HOST_IP "$PORT" 127.0.0.1 "$PORT" >"$STATE/forward.log" 2>&1 &
+	echo $! >"$STATE/forward.pid"
+	# The node's loopback registry port, carried to this machine's: a registry
+	# listening here on 0.0.0.0:$REGISTRY_PORT is `127.0.0.1:$REGISTRY_PORT` to both
+	# engines, which push and pull plain HTTP on loopback without configuration.
+	nohup nsenter --net=/var/run/netns/$NETNS python3 "$STATE/forward.py" 127.0.0.1 \
+		"$REGISTRY_PORT" $HOST_IP "$REGISTRY_PORT" >"$STATE/forward-registry.log" 2>&1 &
+	echo $! >"$STATE/forward-registry.pid"
+
+	sed "s|server: .*|server: https://$HOST_IP:$PORT\n    tls-server-name: 127.0.0.1|" \
+		"$CLUSTER/kubeconfig" >"$STATE/kubeconfig"
+	cp "$CLUSTER/kubelet/client-ca.crt" "$STATE/kubelet/"
+	local k=$STATE/kubelet
+	nohup nsenter --net=/var/run/netns/$NETNS "$KUBELET" \
+		--kubeconfig="$STATE/kubeconfig" --root-dir="$k" --cert-dir="$k/pki" \
+		--hostname-override=$NODE --node-ip=$NODE_IP \
+		--container-runtime=docker --docker-endpoint="unix://$STATE/docker.sock" \
+		--container-runtime-endpoint="unix://$k/dockershim.sock" \
+		--experimental-dockershim-root-directory="$k/dockershim" \
+		--volume-plugin-dir="$k/volume-plugins" --feature-gates=DevicePlugins=false \
+		--pod-infra-container-image="$pause" --cgroup-driver=cgroupfs --fail-swap-on=false \
+		--cgroups-per-qos=false --enforce-node-allocatable= --eviction-hard= \
+		--image-gc-high-threshold=100 --address=$NODE_IP --port=32250 --healthz-port=32248 \
+		--read-only-port=0 --anonymous-auth=false --client-ca-file="$k/client-ca.crt" \
+		--authentication-token-webhook=false --authorization-mode=AlwaysAllow \
+		>"$STATE/kubelet.log" 2>&1 &
+	echo $! >"$STATE/kubelet.pid"
+	wait_for 120 "node $NODE Ready" node_ready
+	echo "node $NODE Ready (its engine: $D2; its 127.0.0.1:$REGISTRY_PORT is this machine's $HOST_IP:$REGISTRY_PORT)"
+}
+
+stop_pid() { # file
+	[ -f "$1" ] || return 0
+	local pid
+	pid=$(cat "$1")
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+	kill -9 "$pid" 2>/dev/null || true
+}
+
+down() {
+	cluster_facts || true
+	stop_pid "$STATE/kubelet.pid"
+	if [ -S "$STATE/docker.sock" ]; then
+		$D2 ps -aq | xargs -r $D2 rm -f >/dev/null 2>&1 || true
+	fi
+	stop_pid "$STATE/dockerd.pid"
+	stop_pid "$STATE/forward.pid"
+	stop_pid "$STATE/forward-registry.pid"
+	[ -z "${TOKEN:-}" ] || api DELETE "/api/v1/nodes/$NODE" -o /dev/null || true
+	# The engine's and kubelet's own mounts under the state directory, deepest first.
+	if [ -d "$STATE" ]; then
+		findmnt -rn -o TARGET | grep "^$STATE" | sort -r | xargs -r -n1 umount -l || true
+	fi
+	ip netns del $NETNS 2>/dev/null || true
+	ip link del $NETNS-h 2>/dev/null || true
+	rm -rf "$STATE"
+	echo "second node down"
+}
+
+status() {
+	cluster_facts
+	if [ -d "$STATE" ] && node_ready; then echo "node $NODE Ready"; else echo "node $NODE not up"; exit 1; fi
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+status) status ;;
+*) die "usage: ci/second-node.sh up|down|status" ;;
+esac
