@@ -108,30 +108,98 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
 }
 
 /// Steps worker `w`'s clock (and its adapter's: a child, under the same shim) by
-/// `by`. Confirmed by reading the offset back: the worker's own clock is not one
-/// the harness can ask, and clockshim rereads the file at most a millisecond later.
+/// `by`. Confirmed when the offset reads back and clockshim is mapped into every
+/// process of the worker's group (the worker, and the adapter it started): the
+/// worker's own clock is not one the harness can ask, and clockshim rereads the
+/// file at most a millisecond later. A worker that is gone, or runs without the
+/// shim, is a step that cannot take effect: unconfirmed, with the reason.
 fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
     let Some(file) = n.world.worker_clocks.get(&w) else {
         bail!("worker {w} runs without clockshim");
     };
     let (old, new) = crate::clockshim::step_ns(file, ns)?;
     let read = crate::clockshim::read_offset(file);
-    if read != new {
-        return Ok(serde_json::json!({
-            "worker": w,
-            "offset_ms_before": old / 1_000_000,
-            "offset_ms_after": new / 1_000_000,
-            "unconfirmed": format!(
-                "worker {w}'s offset file reads {read} ns after writing {new} ns"
-            ),
-        }));
-    }
-    Ok(serde_json::json!({
+    let mut d = serde_json::json!({
         "worker": w,
         "offset_ms_before": old / 1_000_000,
         "offset_ms_after": new / 1_000_000,
-        "confirmed": "offset file read back",
-    }))
+    });
+    let mapped = n
+        .world
+        .workers
+        .get(&w)
+        .map(|&pid| shim_mapped(pid, &crate::clockshim::path()));
+    if let Some(Some((all, with))) = mapped {
+        d["processes_with_clockshim"] = format!("{with} of {all}").into();
+    }
+    let why = if read != new {
+        Some(format!(
+            "worker {w}'s offset file reads {read} ns after writing {new} ns"
+        ))
+    } else {
+        match mapped {
+            None => None,
+            Some(None) => Some(format!("worker {w}'s process is not running")),
+            Some(Some((_, 0))) => Some(format!(
+                "clockshim is not mapped into worker {w}'s processes"
+            )),
+            Some(Some((all, with))) if with < all => Some(format!(
+                "clockshim is mapped into {with} of the {all} processes of worker {w}'s group"
+            )),
+            Some(Some(_)) => None,
+        }
+    };
+    match why {
+        Some(why) => d["unconfirmed"] = why.into(),
+        None if mapped.is_some() => {
+            d["confirmed"] =
+                "offset file read back; clockshim mapped in the worker's processes".into()
+        }
+        None => d["confirmed"] = "offset file read back".into(),
+    }
+    Ok(d)
+}
+
+/// The processes of `pid`'s group (`pid` alone when it leads none) on this
+/// machine, and how many have `shim` mapped; `None` when `pid` is not running.
+fn shim_mapped(pid: u32, shim: &std::path::Path) -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // A zombie (exited, not yet reaped) has no mappings: not running.
+    if stat_state(&stat) == Some('Z') {
+        return None;
+    }
+    let group: Vec<u32> = if pgrp(&stat) == Some(pid) {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| pgrp(&s) == Some(pid))
+            })
+            .collect()
+    } else {
+        vec![pid]
+    };
+    let shim = shim.to_string_lossy();
+    let with = group
+        .iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/maps"))
+                .is_ok_and(|m| m.contains(shim.as_ref()))
+        })
+        .count();
+    Some((group.len(), with))
+}
+
+/// The process group in a `/proc/<pid>/stat` line (the field after the state).
+fn pgrp(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The state letter in a `/proc/<pid>/stat` line.
+fn stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 2..].chars().next()
 }
 
 pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
@@ -202,7 +270,8 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
 }
 
 /// The clock read back after each step: a member's own `TIME` moved forward by
-/// the step, or a worker's offset file reads what was written.
+/// the step, or a worker's offset file reads what was written with clockshim
+/// mapped into each of its processes.
 fn confirm(done: &[serde_json::Value]) -> FaultEffect {
     let effects = done
         .iter()
@@ -220,12 +289,39 @@ fn confirm(done: &[serde_json::Value]) -> FaultEffect {
                     num("seen_after_ms")
                 ))
             } else {
+                let mapped = d
+                    .get("processes_with_clockshim")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|m| format!(", clockshim in {m} of its processes"))
+                    .unwrap_or_default();
                 FaultEffect::confirmed(format!(
-                    "worker {}'s clock offset read back: {offset:+} ms",
+                    "worker {}'s clock offset read back: {offset:+} ms{mapped}",
                     num("worker")
                 ))
             }
         })
         .collect();
     effect::all(effects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This process: what it maps is found in it, what it does not is not, and
+    /// a pid that runs nothing is not running.
+    #[test]
+    fn a_shim_is_found_mapped_only_where_it_is() {
+        let me = std::process::id();
+        let exe = std::env::current_exe().expect("exe");
+        let (all, with) = shim_mapped(me, &exe).expect("running");
+        assert!(all >= 1 && with >= 1 && with <= all, "{all} {with}");
+        let (all, with) =
+            shim_mapped(me, std::path::Path::new("/nowhere/libclockshim.so")).expect("running");
+        assert!(all >= 1 && with == 0, "{all} {with}");
+        assert_eq!(shim_mapped(u32::MAX - 1, &exe), None);
+        let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).expect("stat");
+        assert_eq!(stat_state(&stat), Some('R'));
+        assert!(pgrp(&stat).is_some_and(|g| g > 0));
+    }
 }
