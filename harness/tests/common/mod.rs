@@ -151,6 +151,18 @@ pub fn faults_of<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The report's planned/injected/confirmed/skipped counts of one fault kind
+/// (`fault_counts`), `null` when the run had none of that kind.
+pub fn fault_count(r: &Value, kind: &str) -> Value {
+    r["fault_counts"]
+        .as_array()
+        .expect("fault_counts")
+        .iter()
+        .find(|c| c["kind"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// How many `kill` windows hit the member that was leader at the time.
 pub fn leaders_killed(kills: &[&Value]) -> usize {
     kills

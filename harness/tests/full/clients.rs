@@ -142,13 +142,7 @@ fn believed_after_a_step_back(name: &str) -> (f64, serde_json::Value) {
     assert!(n(&p["told"]) >= 1, "{name}: {p}");
     let jumps = faults_of(&r, "clock-jump");
     assert!(!jumps.is_empty(), "{name}: {}", r["faults"]);
-    let counts = r["fault_counts"]
-        .as_array()
-        .expect("fault_counts")
-        .iter()
-        .find(|c| c["kind"] == "clock-jump")
-        .cloned()
-        .expect("clock-jump counted");
+    let counts = fault_count(&r, "clock-jump");
     (
         p["believed_max_ms"].as_f64().expect("believed_max_ms"),
         counts,

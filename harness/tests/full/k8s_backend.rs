@@ -387,13 +387,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         let r = read_report(&out);
         assert_eq!(r["passed"], true, "{name}");
         assert_eq!(r["run"]["backend"], "kubernetes", "{name}: {}", r["run"]);
-        let jumps = r["fault_counts"]
-            .as_array()
-            .expect("fault_counts")
-            .iter()
-            .find(|c| c["kind"] == "clock-jump")
-            .cloned()
-            .unwrap_or_default();
+        let jumps = fault_count(&r, "clock-jump");
         assert!(n(&jumps["confirmed"]) > 0, "{name}: {jumps}");
         let k = kubernetes_json(&out);
         let workers = k["workers"].as_array().map_or(0, Vec::len);
