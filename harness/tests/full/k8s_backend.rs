@@ -406,17 +406,66 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
 /// Nodes registered through the API as a kubelet would register them (Ready,
 /// containerd), none with a kubelet behind it: name, boot id (`None`: this
 /// machine's), InternalIP. `elsewhere` is another machine; `containerd-here` this
-/// machine's containerd (loopback is this machine's address); `in-a-container`
-/// this kernel in a network of its own (a documentation address).
-const FAKE_NODES: [(&str, Option<&str>, &str); 3] = [
+/// machine's containerd (loopback is this machine's address). A node that is this
+/// kernel in a network of its own is a real one (`SecondNode`).
+const FAKE_NODES: [(&str, Option<&str>, &str); 2] = [
     (
         "elsewhere",
         Some("00000000-0000-0000-0000-000000000000"),
         "192.0.2.1",
     ),
     ("containerd-here", None, "127.0.0.1"),
-    ("in-a-container", None, "192.0.2.7"),
 ];
+
+/// `ci/second-node.sh`'s node for the cluster in `dir`: this kernel in a network
+/// namespace of its own with a Docker engine of its own, kubelet registered as
+/// `10.251.0.2` (what a kind node is to the backend). Down on drop.
+struct SecondNode {
+    dir: PathBuf,
+}
+
+impl SecondNode {
+    const NAME: &'static str = "10.251.0.2";
+
+    fn up(dir: &Path) -> SecondNode {
+        // A run killed half-way may have left one: `down` removes whatever is there.
+        let node = SecondNode {
+            dir: dir.to_path_buf(),
+        };
+        node.script("down");
+        let o = node.script("up");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "second-node.sh up: {}",
+            explain(&o)
+        );
+        node
+    }
+
+    fn script(&self, verb: &str) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(repo_root().join("ci/second-node.sh"))
+            .arg(verb)
+            .env("FENCECHECK_CLUSTER_DIR", &self.dir)
+            .output()
+            .expect("run ci/second-node.sh")
+    }
+}
+
+impl Drop for SecondNode {
+    fn drop(&mut self) {
+        let o = self.script("down");
+        if !std::thread::panicking() {
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "second-node.sh down: {}",
+                explain(&o)
+            );
+        }
+    }
+}
 
 /// The namespaces whose names start with `fencecheck-` (a run's).
 fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String> {
@@ -438,8 +487,9 @@ fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String
 
 /// Refusals that need a cluster, each exit 2 with its reason and nothing
 /// created: a node that is not this machine (a Node object registered through
-/// the API, as another machine's kubelet would: another boot id, containerd) and
-/// one that does not exist, both named by `[cluster] node`; a user whom RBAC
+/// the API, as another machine's kubelet would: another boot id, containerd), a
+/// real node of this kernel in a network of its own (`ci/second-node.sh`), and
+/// one that does not exist, all named by `[cluster] node`; a user whom RBAC
 /// denies one verb the run needs (a service account of the cluster, its token
 /// from the TokenRequest API, bound to a role with every needed verb but
 /// `create pods/exec`).
@@ -582,13 +632,6 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
             "",
             &[":4:", "containerd://1.6.4", "set [cluster] registry"][..],
         ),
-        // A node in a container on this machine (kind's): a registry does not
-        // make its network this machine's.
-        (
-            "in-a-container",
-            "registry = \"127.0.0.1:5999\"\n",
-            &[":4:", "not in its network", "192.0.2.7"][..],
-        ),
     ] {
         let file = work.join(format!("{node}.toml"));
         std::fs::write(
@@ -599,6 +642,28 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
         )
         .expect("write");
         refused(&file, kubeconfig, &[], want);
+    }
+    // A real node of this kernel in a network of its own (kind's, in effect): a
+    // registry does not make its network this machine's.
+    {
+        let dir = kubeconfig.parent().expect("the state directory");
+        let _second = SecondNode::up(dir);
+        let file = work.join("second-node.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "name = \"second\"\n[cluster]\nbackend = \"kubernetes\"\nnode = \"{}\"\n\
+                 registry = \"127.0.0.1:5999\"\n",
+                SecondNode::NAME
+            ),
+        )
+        .expect("write");
+        refused(
+            &file,
+            kubeconfig,
+            &[],
+            &[":4:", "not in its network", "its addresses 10.251.0.2"],
+        );
     }
     // The same cluster and CA, the service account's token.
     let admin = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
