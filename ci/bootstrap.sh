@@ -194,6 +194,13 @@ else
   # The package's own service is not wanted; the test starts its own.
   $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi
+# ci/second-node.sh (a second node for the local cluster, in a network namespace with a
+# Docker engine of its own; k8s_backend's refusal of such a node): ip, nsenter, findmnt,
+# curl, and the engine's own dockerd.
+for tool in ip:iproute2 nsenter:util-linux findmnt:util-linux curl:curl; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || apt_install "${tool#*:}"
+done
+command -v dockerd >/dev/null 2>&1 || say "dockerd not found: ci/second-node.sh (and k8s_backend) need the Docker engine's daemon binary"
 # kube-apiserver 1.20.2 for the kubernetes lock system, built from Debian's kubernetes
 # source package into the cache (5-7.5 min on a fresh 2-core machine, once; it checks the
 # binary's --version and the unpacked tree, and skips what is there). Before the
