@@ -163,20 +163,13 @@ fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
 /// The processes of `pid`'s group (`pid` alone when it leads none) on this
 /// machine, and how many have `shim` mapped; `None` when `pid` is not running.
 fn shim_mapped(pid: u32, shim: &std::path::Path) -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (state, pgrp) = effect::proc_stat(pid)?;
     // A zombie (exited, not yet reaped) has no mappings: not running.
-    if stat_state(&stat) == Some('Z') {
+    if matches!(state, 'Z' | 'X') {
         return None;
     }
-    let group: Vec<u32> = if pgrp(&stat) == Some(pid) {
-        std::fs::read_dir("/proc")
-            .ok()?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/stat"))
-                    .is_ok_and(|s| pgrp(&s) == Some(pid))
-            })
-            .collect()
+    let group = if pgrp == pid {
+        effect::group(pid)
     } else {
         vec![pid]
     };
@@ -189,17 +182,6 @@ fn shim_mapped(pid: u32, shim: &std::path::Path) -> Option<(usize, usize)> {
         })
         .count();
     Some((group.len(), with))
-}
-
-/// The process group in a `/proc/<pid>/stat` line (the field after the state).
-fn pgrp(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// The state letter in a `/proc/<pid>/stat` line.
-fn stat_state(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 2..].chars().next()
 }
 
 pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
@@ -320,10 +302,5 @@ mod tests {
             shim_mapped(me, std::path::Path::new("/nowhere/libclockshim.so")).expect("running");
         assert!(all >= 1 && with == 0, "{all} {with}");
         assert_eq!(shim_mapped(u32::MAX - 1, &exe), None);
-        let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).expect("stat");
-        // The process's state is its main thread's (running or asleep), never a
-        // zombie's.
-        assert!(matches!(stat_state(&stat), Some('R' | 'S' | 'D')), "{stat}");
-        assert!(pgrp(&stat).is_some_and(|g| g > 0));
     }
 }
