@@ -11,7 +11,7 @@ pub mod process;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use faultproxy::Proxy;
 
 use crate::scenario::{BackendKind, Scenario, ServiceKind};
@@ -279,20 +279,24 @@ impl Backend {
         }
     }
 
+    /// Steps member `i`'s wall clock forward by `by` (clock-jump) through the
+    /// clockshim offset file it was started with (`CLOCKSHIM_OFFSET_FILE`: the
+    /// process backend's, or the kubernetes backend's in the run directory its pod
+    /// mounts); returns its offset before and after, in ns.
+    pub fn step_clock(&self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
+        let file = match self {
+            Backend::Process(b) => b.clock_file(i)?,
+            Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
+            Backend::Kubernetes(b) => b.clock_file(i)?,
+        };
+        let file =
+            file.context("this member runs without clockshim: its clock cannot be stepped")?;
+        crate::clockshim::step(file, by)
+    }
+
     /// Cuts members off from the others (`on`) or lets them back. The process
     /// backend does this through its peer proxies instead (see `links`), so only
     /// backends without peer proxies implement it.
-    /// Steps member `i`'s wall clock forward by `by` (clock-jump); returns its
-    /// offset before and after, in ns. How is the backend's own business (the
-    /// process and kubernetes backends: clockshim's offset file under the member).
-    pub fn step_clock(&self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
-        match self {
-            Backend::Process(b) => b.step_clock(i, by),
-            Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
-            Backend::Kubernetes(b) => b.step_clock(i, by),
-        }
-    }
-
     pub async fn isolate(&mut self, members: &[usize], on: bool) -> Result<()> {
         match self {
             Backend::Process(_) | Backend::Kubernetes(_) => {
