@@ -72,21 +72,41 @@ impl BuildContext {
 
     fn tar(&self) -> Result<Vec<u8>> {
         let mut b = tar::Builder::new(Vec::new());
-        let mut add = |path: &str, mode: u32, bytes: &[u8]| -> Result<()> {
-            let mut hdr = tar::Header::new_gnu();
-            hdr.set_size(bytes.len() as u64);
-            hdr.set_mode(mode);
-            hdr.set_mtime(0);
-            hdr.set_cksum();
-            b.append_data(&mut hdr, path, bytes)
-                .with_context(|| format!("tar {path}"))
-        };
-        add("Dockerfile", 0o644, self.dockerfile.as_bytes())?;
+        let add =
+            |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, bytes: &[u8]| -> Result<()> {
+                let mut hdr = tar::Header::new_gnu();
+                hdr.set_size(bytes.len() as u64);
+                hdr.set_mode(mode);
+                hdr.set_mtime(0);
+                hdr.set_cksum();
+                b.append_data(&mut hdr, path, bytes)
+                    .with_context(|| format!("tar {path}"))
+            };
+        add(&mut b, "Dockerfile", 0o644, self.dockerfile.as_bytes())?;
         for (path, (mode, bytes)) in &self.files {
-            add(path, *mode, bytes)?;
+            if *mode == LINK_MODE {
+                add_link(&mut b, path, bytes)?;
+            } else {
+                add(&mut b, path, *mode, bytes)?;
+            }
         }
         b.into_inner().context("tar")
     }
+}
+
+/// The mode of a symbolic link in a [`BuildContext`]'s files: its bytes are the
+/// link's target (an adapter's tree keeps its links inside itself as links).
+pub(crate) const LINK_MODE: u32 = 0o120777;
+
+fn add_link(b: &mut tar::Builder<Vec<u8>>, path: &str, target: &[u8]) -> Result<()> {
+    let target = std::str::from_utf8(target).with_context(|| format!("link {path}"))?;
+    let mut hdr = tar::Header::new_gnu();
+    hdr.set_entry_type(tar::EntryType::Symlink);
+    hdr.set_size(0);
+    hdr.set_mode(0o777);
+    hdr.set_mtime(0);
+    b.append_link(&mut hdr, path, target)
+        .with_context(|| format!("tar link {path} -> {target}"))
 }
 
 /// A lock system's image (`fencecheck/<name>:<version>-<hash>`), built when
@@ -192,7 +212,15 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
 /// itself: the pod mounts it read-only from the node (which is this machine), so
 /// the image does not change, and is not read whole, with every build — a debug
 /// build's binary is 119 MB, a release one's 224 MB.
-pub async fn worker_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> {
+///
+/// With `adapter` (a scenario's `[client]` command and its `pod_files`), the
+/// adapter too, at its paths (`adapter_files`), tagged
+/// `fencecheck/worker-<command's name>-pod:<hash>`.
+pub async fn worker_image(
+    docker: &Docker,
+    adapter: Option<(&Path, &[PathBuf])>,
+    say: &dyn Fn(&str),
+) -> Result<Image> {
     const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\n";
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
     let mut ctx = BuildContext {
@@ -208,8 +236,192 @@ pub async fn worker_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<Image> 
     if shim.is_file() {
         add_file(&mut ctx.files, &shim, &shim)?;
     }
-    let tag = format!("fencecheck/worker-pod:{}", ctx.hash());
-    ensure(docker, &tag, "worker-pod", &ctx, say).await
+    let name = match adapter {
+        None => "worker-pod".to_string(),
+        Some((command, files)) => {
+            tokio::task::block_in_place(|| adapter_files(&mut ctx.files, command, files))?;
+            let stem = command
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_lowercase())
+                .unwrap_or_default()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect::<String>();
+            format!("worker-{stem}-pod")
+        }
+    };
+    let tag = format!("fencecheck/{name}:{}", ctx.hash());
+    ensure(docker, &tag, &name, &ctx, say).await
+}
+
+/// A `[client]` adapter for a worker pod: `command` and each of `extra` at its
+/// path — a directory whole — and, for every ELF file among them, the libraries
+/// `ldd` lists (one it cannot find is fine when a file of that name is copied:
+/// the JRE's libraries find `libjvm.so` by their own run path). A link stays a
+/// link when it leads into what is copied anyway: to a place inside its own
+/// directory as it is written (a venv's `lib64 -> lib`), into another listed
+/// path as a link to where it ends (`/usr/bin/java` → the listed JRE, which finds
+/// its home from where it runs); any other link is followed, a dangling one left
+/// out.
+pub(crate) fn adapter_files(
+    files: &mut BTreeMap<String, (u32, Vec<u8>)>,
+    command: &Path,
+    extra: &[PathBuf],
+) -> Result<()> {
+    let tops: Vec<&Path> = std::iter::once(command)
+        .chain(extra.iter().map(PathBuf::as_path))
+        .collect();
+    let mut walk = Walk {
+        files,
+        // Where each listed path ends (links resolved).
+        listed: tops
+            .iter()
+            .map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.to_path_buf()))
+            .collect(),
+        seen: std::collections::HashSet::new(),
+        elves: Vec::new(),
+    };
+    for (i, top) in tops.iter().enumerate() {
+        let meta =
+            std::fs::metadata(top).with_context(|| format!("cannot stat {}", top.display()))?;
+        let real = std::fs::canonicalize(top)
+            .with_context(|| format!("cannot resolve {}", top.display()))?;
+        let link = std::fs::symlink_metadata(top).is_ok_and(|m| m.file_type().is_symlink());
+        // A listed link into another listed path.
+        let into_other = walk
+            .listed
+            .iter()
+            .enumerate()
+            .any(|(j, l)| j != i && real.starts_with(l));
+        if link && into_other {
+            walk.link(top, &real);
+        } else if meta.is_dir() {
+            walk.tree(top, &real)?;
+        } else {
+            walk.file(top)?;
+        }
+    }
+    let Walk { files, elves, .. } = walk;
+    let names: Vec<String> = files
+        .keys()
+        .filter_map(|k| k.rsplit('/').next())
+        .filter(|n| n.contains(".so"))
+        .map(str::to_string)
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    for elf in &elves {
+        for lib in shared_libraries_but(elf, &names)? {
+            add_file(files, &lexical(&lib), &lib)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`adapter_files`]' walk over what is listed.
+struct Walk<'a> {
+    files: &'a mut BTreeMap<String, (u32, Vec<u8>)>,
+    listed: Vec<PathBuf>,
+    /// The directories already walked, so a link back up a tree ends.
+    seen: std::collections::HashSet<PathBuf>,
+    elves: Vec<PathBuf>,
+}
+
+impl Walk<'_> {
+    /// `real` is a listed path or inside a listed directory other than `but`.
+    fn inside_listed(&self, real: &Path, but: &Path) -> bool {
+        self.listed
+            .iter()
+            .any(|l| l.as_path() != but && real.starts_with(l))
+    }
+
+    fn link(&mut self, at: &Path, to: &Path) {
+        let rel = at.to_string_lossy().trim_start_matches('/').to_string();
+        self.files.insert(
+            format!("rootfs/{rel}"),
+            (LINK_MODE, to.to_string_lossy().as_bytes().to_vec()),
+        );
+    }
+
+    fn file(&mut self, p: &Path) -> Result<()> {
+        add_file(self.files, p, p)?;
+        if is_elf(p) {
+            self.elves.push(p.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// `dir`'s entries at their paths; `root` is where the listed directory ends.
+    fn tree(&mut self, dir: &Path, root: &Path) -> Result<()> {
+        if let Ok(real) = std::fs::canonicalize(dir) {
+            if !self.seen.insert(real) {
+                return Ok(());
+            }
+        }
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("cannot list {}", dir.display()))?;
+        paths.sort();
+        for p in paths {
+            let link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+            if link {
+                let Ok(target) = std::fs::canonicalize(&p) else {
+                    continue; // dangling
+                };
+                if target.starts_with(root) {
+                    let to = std::fs::read_link(&p)
+                        .with_context(|| format!("cannot read link {}", p.display()))?;
+                    self.link(&p, &to);
+                    continue;
+                }
+                if self.inside_listed(&target, root) {
+                    self.link(&p, &target);
+                    continue;
+                }
+            }
+            let Ok(meta) = std::fs::metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                self.tree(&p, root)?;
+            } else if meta.is_file() {
+                self.file(&p)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+/// `/a/bin/../lib/x` → `/a/lib/x`, without touching the file system (`ldd` prints
+/// a library found through an `$ORIGIN/../lib` run path so).
+pub(crate) fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A resource's own server for the kubernetes backend
@@ -531,5 +743,87 @@ mod tests {
         // /proc/self/exe is this test binary: dynamic; its libraries exist.
         let libs = shared_libraries(Path::new("/proc/self/exe")).unwrap_or_default();
         assert!(libs.iter().all(|l| l.is_absolute()));
+    }
+
+    #[test]
+    fn an_adapters_tree_keeps_inner_links_follows_outer_ones_and_brings_its_libraries() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        let tree = root.join("venv");
+        std::fs::create_dir_all(tree.join("lib/site")).expect("mkdir");
+        std::fs::write(tree.join("lib/site/mod.py"), "x = 1\n").expect("write");
+        symlink("lib", tree.join("lib64")).expect("inner link");
+        std::fs::write(root.join("outside.cfg"), "cfg\n").expect("write");
+        symlink(root.join("outside.cfg"), tree.join("cfg")).expect("outer link");
+        symlink(root.join("gone"), tree.join("dangling")).expect("dangling link");
+        // A real dynamic ELF program of this machine, as an interpreter would be.
+        let elf = std::fs::canonicalize("/proc/self/exe").expect("this test");
+        std::fs::copy(&elf, tree.join("python")).expect("copy");
+        let command = root.join("launch");
+        std::fs::write(&command, "#!/bin/sh\n").expect("write");
+        // Another listed directory, a listed link into it (`/usr/bin/java` into
+        // the JRE) and a link from the tree into it.
+        let other = root.join("jre");
+        std::fs::create_dir_all(other.join("bin")).expect("mkdir");
+        std::fs::write(other.join("bin/java"), "jvm\n").expect("write");
+        symlink(other.join("bin/java"), root.join("java")).expect("listed link");
+        symlink(other.join("bin/java"), tree.join("java")).expect("tree link");
+
+        let mut files = BTreeMap::new();
+        let extra = [tree.clone(), other.join("bin/java"), root.join("java")];
+        adapter_files(&mut files, &command, &extra).expect("adapter");
+        let to_java = other.join("bin/java").display().to_string().into_bytes();
+        assert_eq!(
+            files.get(&format!("rootfs{}/java", root.display())),
+            Some(&(LINK_MODE, to_java.clone()))
+        );
+        assert_eq!(
+            files.get(&format!("rootfs{}/java", tree.display())),
+            Some(&(LINK_MODE, to_java))
+        );
+        let at = |p: &Path| format!("rootfs{}", p.display());
+        assert!(files.contains_key(&at(&command)));
+        assert!(files.contains_key(&at(&tree.join("lib/site/mod.py"))));
+        assert_eq!(
+            files.get(&at(&tree.join("lib64"))),
+            Some(&(LINK_MODE, b"lib".to_vec())),
+            "a link inside the tree stays a link"
+        );
+        assert_eq!(
+            files.get(&at(&tree.join("cfg"))).map(|f| f.1.clone()),
+            Some(b"cfg\n".to_vec()),
+            "a link out of the tree is followed"
+        );
+        assert!(!files.contains_key(&at(&tree.join("dangling"))));
+        assert!(
+            !files.contains_key(&at(&tree.join("lib64/site/mod.py"))),
+            "not twice"
+        );
+        for lib in shared_libraries(&elf).expect("ldd") {
+            assert!(
+                files.contains_key(&at(&lexical(&lib))),
+                "{} missing",
+                lib.display()
+            );
+        }
+        // The link is a symlink entry in the build context's tar.
+        let ctx = BuildContext {
+            dockerfile: "FROM scratch\n",
+            files,
+        };
+        let tar = ctx.tar().expect("tar");
+        let mut a = tar::Archive::new(tar.as_slice());
+        let link = a
+            .entries()
+            .expect("entries")
+            .filter_map(|e| e.ok())
+            .find(|e| e.path().is_ok_and(|p| p.ends_with("venv/lib64")))
+            .expect("lib64 in the tar");
+        assert_eq!(link.header().entry_type(), tar::EntryType::Symlink);
+        assert_eq!(
+            link.link_name().ok().flatten().as_deref(),
+            Some(Path::new("lib"))
+        );
     }
 }

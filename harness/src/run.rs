@@ -449,10 +449,11 @@ fn worker_env(clocks: &HashMap<u32, PathBuf>, id: u32) -> Vec<(String, String)> 
     }
 }
 
-/// On the kubernetes backend, the workers as pods, gated (`None` elsewhere, and
-/// for a scenario with a lock client of its own, `[client]`: its adapter needs
-/// its language's runtime, which the worker image does not hold, so those
-/// workers stay processes of this machine).
+/// On the kubernetes backend, the workers as pods, gated (`None` elsewhere). A
+/// scenario with a lock client of its own, `[client]`, puts its adapter into the
+/// worker pods when it says what the adapter needs there (`pod_files`: its
+/// runtime is not fencecheck's to guess); without, those workers stay processes
+/// of this machine.
 async fn start_pod_workers(
     run: &Run<'_>,
     dep: &Deployment,
@@ -464,10 +465,22 @@ async fn start_pod_workers(
     let Backend::Kubernetes(k) = &mut *b else {
         return Ok(None);
     };
-    if run.s.client.is_some() {
-        run.say("the workers run as processes of this machine: a [client] adapter is not in the worker image");
-        return Ok(None);
-    }
+    let adapter = match &run.s.client {
+        None => None,
+        Some(c) => match &c.pod_files {
+            Some(files) => Some((
+                PathBuf::from(c.command.first().context("client.command is empty")?),
+                files.iter().map(PathBuf::from).collect::<Vec<_>>(),
+            )),
+            None => {
+                run.say(
+                    "the workers run as processes of this machine: [client] has no pod_files \
+                     saying what its adapter needs in a pod",
+                );
+                return Ok(None);
+            }
+        },
+    };
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
     let gate = run.dir.join(rundir::WORKER_GATE);
     let mut launches = Vec::new();
@@ -482,12 +495,26 @@ async fn start_pod_workers(
                 "--config".into(),
                 serde_json::to_string(&cfg).context("worker config")?,
             ],
-            env: worker_env(clocks, id),
+            env: {
+                let mut env = worker_env(clocks, id);
+                // Where the shipped adapters' launchers find their runtimes
+                // (`{cache}` in pod_files), as on this machine.
+                if adapter.is_some() {
+                    env.push((
+                        "FENCECHECK_CACHE".into(),
+                        crate::systems::etcd::provision::cache_dir()
+                            .display()
+                            .to_string(),
+                    ));
+                }
+                env
+            },
             log: rundir::worker_log(&run.dir, id),
         });
     }
     let say = |m: &str| run.say(m);
-    k.start_workers(launches, &say).await.map(Some)
+    let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
+    k.start_workers(launches, adapter, &say).await.map(Some)
 }
 
 /// Lets the gated workers go: the run's end time, written whole at once.

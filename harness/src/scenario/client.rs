@@ -24,6 +24,13 @@ pub struct Client {
     pub token: String,
     #[serde(default)]
     pub behaviour: Behaviour,
+    /// The kubernetes backend: what the adapter needs besides `command[0]` to run
+    /// in a worker pod (its interpreter, its libraries, its own files), each put
+    /// into the worker image at its path (see [`resolve_pod_files`]). Absent: the
+    /// adapter's workers stay processes of the harness's machine. Resolved when
+    /// the scenario is read, like the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_files: Option<Vec<String>>,
 }
 
 fn default_token() -> String {
@@ -59,6 +66,14 @@ pub fn resolve(s: &mut Scenario, text: &str, file: &str, find: bool) -> Result<(
         let base = Path::new(file).parent().unwrap_or(Path::new("."));
         let found = find_program(&program, base).map_err(|why| err("command", why))?;
         c.command[0] = found.display().to_string();
+        if let Some(files) = c.pod_files.as_mut() {
+            for f in files.iter_mut() {
+                *f = resolve_pod_file(f, base)
+                    .map_err(|why| err("pod_files", why))?
+                    .display()
+                    .to_string();
+            }
+        }
     }
     // `[storage] token` names fencecheck's own client's tokens; an external
     // client's token is `[client] token`. Only "none" (send no token) applies.
@@ -74,6 +89,48 @@ pub fn resolve(s: &mut Scenario, text: &str, file: &str, find: bool) -> Result<(
         });
     }
     Ok(())
+}
+
+/// One `[client] pod_files` entry as the path it is copied from and to: a leading
+/// `{cache}` is fencecheck's cache directory (where `ci/bootstrap.sh` makes the
+/// shipped adapters' runtimes), a leading `~/` the home directory; an absolute
+/// path stays as written (`/bin/sh` is at `/bin/sh` in the pod, even where this
+/// machine's `/bin` is a link to `/usr/bin`); a relative one is resolved against
+/// the scenario file's directory, links and `..` resolved, as the adapter's
+/// launcher resolves its own path. It must exist.
+fn resolve_pod_file(entry: &str, base: &Path) -> Result<PathBuf, String> {
+    let p = if let Some(rest) = entry.strip_prefix("{cache}") {
+        crate::systems::etcd::provision::cache_dir().join(rest.trim_start_matches('/'))
+    } else if let Some(rest) = entry.strip_prefix("~/") {
+        match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(rest),
+            None => {
+                return Err(format!(
+                    "client.pod_files: {entry:?} names ~ and HOME is not set"
+                ))
+            }
+        }
+    } else {
+        PathBuf::from(entry)
+    };
+    let p = if p.is_absolute() {
+        p
+    } else {
+        std::fs::canonicalize(base.join(&p)).map_err(|_| {
+            format!(
+                "client.pod_files: {entry:?} ({}) does not exist",
+                base.join(&p).display()
+            )
+        })?
+    };
+    if !p.exists() {
+        return Err(format!(
+            "client.pod_files: {} does not exist (expected a file or directory the adapter \
+             needs in its pod)",
+            p.display()
+        ));
+    }
+    Ok(p)
 }
 
 /// `program` as an absolute path to an executable file.
@@ -162,6 +219,42 @@ mod tests {
         let s = Scenario::parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\n", "x.toml")
             .expect("sh is on PATH");
         assert!(s.client.expect("client").command[0].ends_with("sh"));
+    }
+
+    #[test]
+    fn pod_files_resolve_and_a_missing_one_points_at_its_line() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(dir.path().join("c")).expect("mkdir");
+        let prog = dir.path().join("c/client.sh");
+        std::fs::write(&prog, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let file = dir.path().join("s.toml");
+        let file = file.to_str().expect("utf-8");
+        let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\"]\n\
+                    pod_files = [\"/bin/sh\", \"c\"]\n";
+        let s = Scenario::parse(text, file).expect("valid");
+        let files = s.client.expect("client").pod_files.expect("pod_files");
+        assert_eq!(files[0], "/bin/sh", "an absolute path stays as written");
+        let c = std::fs::canonicalize(dir.path().join("c")).expect("canonical");
+        assert_eq!(files[1], c.display().to_string());
+        // `{cache}` is fencecheck's cache directory (the error names where it looked).
+        let e = super::resolve_pod_file("{cache}/no-such-adapter-runtime", dir.path()).unwrap_err();
+        let want = crate::systems::etcd::provision::cache_dir().join("no-such-adapter-runtime");
+        assert!(e.contains(&want.display().to_string()), "{e}");
+
+        let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\"]\n\
+                    pod_files = [\"/no/such/runtime\"]\n";
+        let e = Scenario::parse(text, file).unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("/no/such/runtime does not exist"), "{e}");
+        let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\"]\n\
+                    pod_files = [\"lib/missing\"]\n";
+        let e = Scenario::parse(text, file).unwrap_err();
+        assert!(
+            e.message.contains("\"lib/missing\"") && e.message.contains("does not exist"),
+            "{e}"
+        );
     }
 
     use std::path::Path;

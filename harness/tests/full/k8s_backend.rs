@@ -360,12 +360,13 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         nem.contains("agent kill (SIGKILL)") && nem.contains("agent start"),
         "{nem}"
     );
-    // Workers' clocks, stepped back 10 s while the deposed leader wakes: a
-    // `[client]` adapter's workers stay processes of this machine
-    // (docs/backends.md), each under clockshim, and the Python elector believes it
-    // leads about 10 s longer, as on the process backend (`clients.rs`); without
-    // the adapter, fencecheck's own elector runs in worker pods, clockshim
-    // preloaded there from the worker image.
+    // Workers' clocks, stepped back 10 s while the deposed leader wakes. The
+    // Python adapter (`[client]` with `pod_files`) runs in each worker's pod,
+    // Python, the venv and all, a child of the worker as on the other backends:
+    // clockshim is mapped into both processes of each worker's group, and the
+    // Python elector believes it leads about 10 s longer, as on the process
+    // backend (`clients.rs`). Without the adapter, fencecheck's own elector runs
+    // in worker pods, clockshim preloaded there from the worker image.
     let text = std::fs::read_to_string(
         repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml"),
     )
@@ -376,7 +377,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     std::fs::write(&own, format!("{head}{tail}")).expect("write");
     let python = repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml");
     for (name, file, pods) in [
-        ("python-leaselock-clock-jump", python, 0),
+        ("python-leaselock-clock-jump", python, 3),
         ("own-elector-clock-jump", own, 3),
     ] {
         let out = work.path().join(name);
@@ -392,6 +393,31 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         let k = kubernetes_json(&out);
         let workers = k["workers"].as_array().map_or(0, Vec::len);
         assert_eq!(workers, pods, "{name}: {k}");
+        // Each stepped worker's group: the worker, and the adapter under it.
+        let groups = if name.starts_with("python") { 2 } else { 1 };
+        let nem = std::fs::read_to_string(out.join("nemesis.jsonl")).expect("nemesis");
+        let stepped: Vec<serde_json::Value> = nem
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["f"] == "clock-jump" && e["type"] == "invoke")
+            .flat_map(|e| e["detail"]["done"].as_array().cloned().unwrap_or_default())
+            .collect();
+        assert_eq!(stepped.len(), pods, "{name}: {nem}");
+        for w in &stepped {
+            assert_eq!(
+                w["processes_with_clockshim"],
+                format!("{groups} of {groups}"),
+                "{name}: {w}"
+            );
+        }
+        if name.starts_with("python") {
+            assert!(
+                k["images"].as_array().is_some_and(|i| i.iter().any(|i| i
+                    .as_str()
+                    .is_some_and(|i| i.contains("worker-python-leaselock-pod")))),
+                "{name}: {k}"
+            );
+        }
         wait_nothing_left(
             &rt,
             &kubeconfig,

@@ -17,7 +17,7 @@
 //! aimed pause falls between a worker's read and its write, microseconds apart,
 //! and an exec round trip through the API server takes 84–99 ms (docs/backends.md).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -52,12 +52,16 @@ pub struct PodWorker {
 impl KubernetesBackend {
     /// Creates every worker's pod, then waits until each runs and its worker's
     /// pid on this machine is known. The workers wait at their start gate.
+    /// With `adapter` (a `[client]` command and its `pod_files`), the adapter is
+    /// in the worker image too, and each worker starts it in its pod as a worker
+    /// process starts it: a child in the worker's process group.
     pub async fn start_workers(
         &mut self,
         launches: Vec<Launch>,
+        adapter: Option<(&Path, &[PathBuf])>,
         say: &dyn Fn(&str),
     ) -> Result<Vec<PodWorker>> {
-        let image = crate::images::worker_image(&self.docker, say).await?;
+        let image = crate::images::worker_image(&self.docker, adapter, say).await?;
         let image =
             super::registry::place(&self.docker, self.registry.as_deref(), &image.tag, say).await?;
         let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;

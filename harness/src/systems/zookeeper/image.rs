@@ -16,11 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::images::{add_file, shared_libraries_but, sorted_entries, BuildContext};
+use crate::images::{add_file, lexical, shared_libraries_but, sorted_entries, BuildContext};
 
 /// The image's build file (`ci/images/`, included so the harness builds it).
 pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../../../ci/images/zookeeper.Dockerfile");
@@ -62,7 +62,7 @@ pub(crate) fn context(java: &Path, classpath: &str) -> Result<BuildContext> {
     }
     for bin in &natives {
         for lib in shared_libraries_but(bin, &["libjvm.so"])? {
-            add_file(&mut files, &normalize(&lib), &lib)?;
+            add_file(&mut files, &lexical(&lib), &lib)?;
         }
     }
     for jar in jar_closure(classpath)? {
@@ -72,22 +72,6 @@ pub(crate) fn context(java: &Path, classpath: &str) -> Result<BuildContext> {
         dockerfile: ZOOKEEPER_DOCKERFILE,
         files,
     })
-}
-
-/// `/a/bin/../lib/x` → `/a/lib/x`, without touching the file system (`ldd` prints
-/// the launcher's libjli.so through its `$ORIGIN/../lib` run path).
-fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Every file under `dir` at its own path (symlinks followed, dangling ones and the
@@ -142,7 +126,7 @@ fn jar_closure(classpath: &str) -> Result<BTreeSet<PathBuf>> {
         let dir = jar.parent().unwrap_or(Path::new("/")).to_path_buf();
         for entry in class_path(&String::from_utf8_lossy(&manifest.unwrap_or_default())) {
             // Relative entries are relative to the jar's directory.
-            todo.push(normalize(&dir.join(entry)));
+            todo.push(lexical(&dir.join(entry)));
         }
         seen.insert(jar);
     }
@@ -243,7 +227,7 @@ mod tests {
     #[test]
     fn paths_are_normalized_lexically() {
         assert_eq!(
-            normalize(Path::new("/usr/lib/jvm/j/bin/../lib/libjli.so")),
+            lexical(Path::new("/usr/lib/jvm/j/bin/../lib/libjli.so")),
             PathBuf::from("/usr/lib/jvm/j/lib/libjli.so")
         );
     }
