@@ -240,24 +240,41 @@ pub async fn worker_image(
         None => "worker-pod".to_string(),
         Some((command, files)) => {
             tokio::task::block_in_place(|| adapter_files(&mut ctx.files, command, files))?;
-            let stem = command
-                .file_stem()
-                .map(|s| s.to_string_lossy().to_lowercase())
-                .unwrap_or_default()
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect::<String>();
-            format!("worker-{stem}-pod")
+            format!("worker-{}-pod", adapter_name(command))
         }
     };
     let tag = format!("fencecheck/{name}:{}", ctx.hash());
     ensure(docker, &tag, &name, &ctx, say).await
+}
+
+/// An adapter's name for its image's tag: its directory's (a `bin/` skipped)
+/// and its program's (`kazoo-client`, `curator`, `go-leaderelection`), in the
+/// characters a tag allows.
+fn adapter_name(command: &Path) -> String {
+    let name = |p: Option<&std::ffi::OsStr>| {
+        p.map(|s| s.to_string_lossy().to_lowercase())
+            .unwrap_or_default()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect::<String>()
+    };
+    let stem = name(command.file_stem());
+    let mut dir = command.parent();
+    if dir.and_then(Path::file_name).is_some_and(|d| d == "bin") {
+        dir = dir.and_then(Path::parent);
+    }
+    let dir = name(dir.and_then(Path::file_name));
+    if dir.is_empty() || dir == stem {
+        stem
+    } else {
+        format!("{dir}-{stem}")
+    }
 }
 
 /// A `[client]` adapter for a worker pod: `command` and each of `extra` at its
@@ -743,6 +760,18 @@ mod tests {
         // /proc/self/exe is this test binary: dynamic; its libraries exist.
         let libs = shared_libraries(Path::new("/proc/self/exe")).unwrap_or_default();
         assert!(libs.iter().all(|l| l.is_absolute()));
+    }
+
+    #[test]
+    fn an_adapter_is_named_by_its_directory_and_program() {
+        let n = |p: &str| adapter_name(Path::new(p));
+        assert_eq!(n("/r/clients/kazoo/client.py"), "kazoo-client");
+        assert_eq!(n("/r/clients/curator/curator"), "curator");
+        assert_eq!(
+            n("/r/clients/go-leaderelection/bin/go-leaderelection"),
+            "go-leaderelection"
+        );
+        assert_eq!(n("/usr/bin/My_Adapter"), "usr-my-adapter");
     }
 
     #[test]
