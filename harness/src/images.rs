@@ -380,13 +380,7 @@ impl Walk<'_> {
                 return Ok(());
             }
         }
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot list {}", dir.display()))?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<std::io::Result<_>>()
-            .with_context(|| format!("cannot list {}", dir.display()))?;
-        paths.sort();
-        for p in paths {
+        for p in sorted_paths(dir)? {
             let link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
             if link {
                 let Ok(target) = std::fs::canonicalize(&p) else {
@@ -586,17 +580,22 @@ pub(crate) fn add_file(
     Ok(())
 }
 
-/// The entries of `dir` in name order, each with its name and metadata (symlinks
-/// followed; a dangling one — e.g. to a package that is not installed — left out),
-/// for the images that copy a whole directory tree.
-pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)>> {
+/// The paths of `dir`'s entries in name order.
+fn sorted_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
         .collect::<std::io::Result<_>>()
         .with_context(|| format!("cannot list {}", dir.display()))?;
     paths.sort();
-    Ok(paths
+    Ok(paths)
+}
+
+/// The entries of `dir` in name order, each with its name and metadata (symlinks
+/// followed; a dangling one — e.g. to a package that is not installed — left out),
+/// for the images that copy a whole directory tree.
+pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, String, std::fs::Metadata)>> {
+    Ok(sorted_paths(dir)?
         .into_iter()
         .filter_map(|p| {
             let meta = std::fs::metadata(&p).ok()?;

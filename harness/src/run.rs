@@ -465,21 +465,12 @@ async fn start_pod_workers(
     let Backend::Kubernetes(k) = &mut *b else {
         return Ok(None);
     };
-    let adapter = match &run.s.client {
-        None => None,
-        Some(c) => match &c.pod_files {
-            Some(files) => Some((
-                PathBuf::from(c.command.first().context("client.command is empty")?),
-                files.iter().map(PathBuf::from).collect::<Vec<_>>(),
-            )),
-            None => {
-                run.say(
-                    "the workers run as processes of this machine: [client] has no pod_files \
-                     saying what its adapter needs in a pod",
-                );
-                return Ok(None);
-            }
-        },
+    let Some(adapter) = crate::backend::kubernetes::workers::in_pods(run.s) else {
+        run.say(
+            "the workers run as processes of this machine: [client] has no pod_files \
+             saying what its adapter needs in a pod",
+        );
+        return Ok(None);
     };
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
     let gate = run.dir.join(rundir::WORKER_GATE);
@@ -513,8 +504,7 @@ async fn start_pod_workers(
         });
     }
     let say = |m: &str| run.say(m);
-    let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
-    k.start_workers(launches, adapter, &say).await.map(Some)
+    k.start_workers(launches, &say).await.map(Some)
 }
 
 /// Lets the gated workers go: the run's end time, written whole at once.

@@ -199,14 +199,20 @@ mod tests {
         assert!(e.message.contains("not on PATH"), "{e}");
     }
 
-    #[test]
-    fn relative_commands_resolve_against_the_scenario_file() {
+    /// A temporary directory with an executable `c/client.sh`.
+    fn adapter_dir() -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::create_dir(dir.path().join("c")).expect("mkdir");
         let prog = dir.path().join("c/client.sh");
         std::fs::write(&prog, "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        dir
+    }
+
+    #[test]
+    fn relative_commands_resolve_against_the_scenario_file() {
+        let dir = adapter_dir();
         let file = dir.path().join("s.toml");
         let text =
             "name = \"x\"\n[client]\ncommand = [\"c/client.sh\", \"--x\"]\nbehaviour = \"naive\"\n";
@@ -223,12 +229,7 @@ mod tests {
 
     #[test]
     fn pod_files_resolve_and_a_missing_one_points_at_its_line() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("tmp");
-        std::fs::create_dir(dir.path().join("c")).expect("mkdir");
-        let prog = dir.path().join("c/client.sh");
-        std::fs::write(&prog, "#!/bin/sh\n").expect("write");
-        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let dir = adapter_dir();
         let file = dir.path().join("s.toml");
         let file = file.to_str().expect("utf-8");
         let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\"]\n\

@@ -425,8 +425,39 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
             name,
         );
     }
+    // An adapter whose listed runtime cannot be packaged (a JRE library without
+    // the libjvm.so it loads) stops the run before its namespace exists.
+    let bad = work.path().join("unpackable-adapter.toml");
+    let text =
+        client_go_pause_with_pod_files("[\"/usr/lib/jvm/java-17-openjdk-amd64/lib/libjava.so\"]");
+    std::fs::write(&bad, text).expect("write");
+    let out = work.path().join("unpackable-adapter");
+    let o = run_file_on_kubernetes(&kubeconfig, &bad, &out);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+    assert!(
+        err.contains("the workers' image") && err.contains("libjvm.so"),
+        "{err}"
+    );
+    assert!(
+        !out.join("kubernetes.json").exists(),
+        "a namespace was made"
+    );
     eprintln!("k8s_backend: wall time per scenario (s): {times:?}");
     down(&dir, &mut guard);
+}
+
+/// `client-go-pause.toml` with `[client] pod_files = <files>` and its command
+/// absolute, to be written anywhere.
+fn client_go_pause_with_pod_files(files: &str) -> String {
+    let go = repo_root().join("clients/go-leaderelection/bin/go-leaderelection");
+    std::fs::read_to_string(repo_root().join("scenarios/clients/client-go-pause.toml"))
+        .expect("client-go-pause")
+        .replace("pod_files = []", &format!("pod_files = {files}"))
+        .replace(
+            "../../clients/go-leaderelection/bin/go-leaderelection",
+            go.to_str().expect("utf-8"),
+        )
 }
 
 /// Nodes registered through the API as a kubelet would register them (Ready,
@@ -939,14 +970,38 @@ fn bad_kubernetes_input_is_exit_2_with_its_reason_before_anything_starts() {
         format!("{text}\n[[fault]]\nkind = \"clock-jump\"\ntarget = \"member:0\"\nat = \"5s\"\nby = \"10s\"\n"),
     )
     .expect("write");
-    refused(
+    // A scenario file on the kubernetes backend, refused before the dead API
+    // server is asked.
+    let refused_file = |file: &Path, want: &[&str]| {
+        refused(
+            &[
+                "scenario",
+                file.to_str().expect("utf-8"),
+                "--backend",
+                "kubernetes",
+            ],
+            Some(&dead),
+            want,
+        )
+    };
+    refused_file(&file, &["pause-clock.toml:", "clock-jump", "not available"]);
+    // An adapter's pod file that is not there, at its line (relative to the
+    // scenario file, as the command is).
+    let text = client_go_pause_with_pod_files("[\"no-such-runtime\"]");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("pod_files"))
+        .expect("a pod_files line")
+        + 1;
+    let file = dir.path().join("pod-files.toml");
+    std::fs::write(&file, &text).expect("write");
+    refused_file(
+        &file,
         &[
-            "scenario",
-            file.to_str().expect("utf-8"),
-            "--backend",
-            "kubernetes",
+            &format!(":{line}:"),
+            "client.pod_files",
+            "no-such-runtime",
+            "does not exist",
         ],
-        Some(&dead),
-        &["pause-clock.toml:", "clock-jump", "not available"],
     );
 }

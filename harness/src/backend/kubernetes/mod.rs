@@ -103,8 +103,9 @@ pub struct KubernetesBackend {
     /// waiting for kubelet's garbage collection.
     docker: testcontainers::bollard::Docker,
     run_id: String,
-    /// `[cluster] registry`: where the run's images are pushed for the node.
-    registry: Option<String>,
+    /// The workers' image as the pods ask for it, when they are pods
+    /// (`workers::in_pods`).
+    worker_image: Option<String>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -181,6 +182,18 @@ impl KubernetesBackend {
             Some(i) => Some(registry::place(&engine.docker, registry, &i.tag, say).await?),
             None => None,
         };
+        // The workers' too, with a `[client]` adapter's runtime in it: an adapter
+        // whose files cannot be packaged stops the run before anything starts.
+        let worker_image = match workers::in_pods(scenario) {
+            None => None,
+            Some(adapter) => {
+                let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
+                let i = crate::images::worker_image(&engine.docker, adapter, say)
+                    .await
+                    .context("the workers' image")?;
+                Some(registry::place(&engine.docker, registry, &i.tag, say).await?)
+            }
+        };
         let run_id = super::docker::new_run_id();
         let ns = namespace::name(&run_id);
         let n = scenario.member_count();
@@ -222,7 +235,7 @@ impl KubernetesBackend {
             reaper: None,
             docker: engine.docker.clone(),
             run_id: run_id.clone(),
-            registry: registry.map(str::to_string),
+            worker_image,
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.

@@ -17,7 +17,7 @@
 //! aimed pause falls between a worker's read and its write, microseconds apart,
 //! and an exec round trip through the API server takes 84–99 ms (docs/backends.md).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -25,6 +25,21 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::{pods, KubernetesBackend};
+
+/// Where a scenario's workers run on this backend: `None`, processes of this
+/// machine (a `[client]` adapter without `pod_files`: what it needs in a pod is
+/// not fencecheck's to guess); `Some(None)`, pods of fencecheck's worker;
+/// `Some(Some((command, files)))`, pods with the adapter in them too.
+pub fn in_pods(s: &crate::scenario::Scenario) -> Option<Option<(PathBuf, Vec<PathBuf>)>> {
+    match &s.client {
+        None => Some(None),
+        Some(c) => {
+            let files = c.pod_files.as_ref()?;
+            let command = PathBuf::from(c.command.first()?);
+            Some(Some((command, files.iter().map(PathBuf::from).collect())))
+        }
+    }
+}
 
 /// How long the worker's process may take to appear under the agent.
 const PID_DEADLINE: Duration = Duration::from_secs(10);
@@ -52,18 +67,18 @@ pub struct PodWorker {
 impl KubernetesBackend {
     /// Creates every worker's pod, then waits until each runs and its worker's
     /// pid on this machine is known. The workers wait at their start gate.
-    /// With `adapter` (a `[client]` command and its `pod_files`), the adapter is
-    /// in the worker image too, and each worker starts it in its pod as a worker
-    /// process starts it: a child in the worker's process group.
+    /// The image is the one `start` built ([`in_pods`]): with a `[client]`
+    /// adapter in it, each worker starts the adapter in its pod as a worker
+    /// process starts it, a child in the worker's process group.
     pub async fn start_workers(
         &mut self,
         launches: Vec<Launch>,
-        adapter: Option<(&Path, &[PathBuf])>,
         say: &dyn Fn(&str),
     ) -> Result<Vec<PodWorker>> {
-        let image = crate::images::worker_image(&self.docker, adapter, say).await?;
-        let image =
-            super::registry::place(&self.docker, self.registry.as_deref(), &image.tag, say).await?;
+        let image = self
+            .worker_image
+            .clone()
+            .context("the scenario's workers are not pods on this backend")?;
         let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
         say(&format!(
             "starting {} worker pod(s) in namespace {}",
