@@ -270,7 +270,31 @@ impl PodWorker {
 
 #[cfg(test)]
 mod tests {
-    use super::stat;
+    use super::{in_pods, stat};
+    use crate::scenario::Scenario;
+    use std::path::PathBuf;
+
+    #[test]
+    fn workers_are_pods_with_the_adapter_only_when_it_lists_its_pod_files() {
+        let parse = |t: &str| Scenario::parse(t, "s.toml").expect("valid");
+        assert_eq!(
+            in_pods(&parse("name = \"x\"\n")),
+            Some(None),
+            "fencecheck's own worker"
+        );
+        let bare = parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\n");
+        assert_eq!(in_pods(&bare), None, "an adapter whose runtime is not said");
+        let listed = parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\npod_files = [\"/bin\"]\n");
+        let (command, files) = in_pods(&listed).flatten().expect("an adapter in the pods");
+        // Resolved on PATH, links and all (`sh` is `/usr/bin/dash` on Debian).
+        assert!(command.is_absolute(), "{command:?}");
+        assert_eq!(files, vec![PathBuf::from("/bin")]);
+        let static_binary = parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\npod_files = []\n");
+        assert_eq!(
+            in_pods(&static_binary).flatten().map(|a| a.1),
+            Some(Vec::new())
+        );
+    }
 
     #[test]
     fn this_process_reads_back_running_with_a_start_time() {
