@@ -215,7 +215,7 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
 ///
 /// With `adapter` (a scenario's `[client]` command and its `pod_files`), the
 /// adapter too, at its paths (`adapter_files`), tagged
-/// `fencecheck/worker-<command's name>-pod:<hash>`.
+/// `fencecheck/worker-<adapter>-pod:<hash>` (`adapter_name`).
 pub async fn worker_image(
     docker: &Docker,
     adapter: Option<(&Path, &[PathBuf])>,
