@@ -294,21 +294,22 @@ pub(crate) fn adapter_files(
     let tops: Vec<&Path> = std::iter::once(command)
         .chain(extra.iter().map(PathBuf::as_path))
         .collect();
+    // Where each listed path ends (links resolved).
+    let listed = tops
+        .iter()
+        .map(|t| {
+            std::fs::canonicalize(t).with_context(|| format!("cannot resolve {}", t.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut walk = Walk {
         files,
-        // Where each listed path ends (links resolved).
-        listed: tops
-            .iter()
-            .map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.to_path_buf()))
-            .collect(),
+        listed: listed.clone(),
         seen: std::collections::HashSet::new(),
         elves: Vec::new(),
     };
-    for (i, top) in tops.iter().enumerate() {
+    for (i, (top, real)) in tops.iter().zip(&listed).enumerate() {
         let meta =
             std::fs::metadata(top).with_context(|| format!("cannot stat {}", top.display()))?;
-        let real = std::fs::canonicalize(top)
-            .with_context(|| format!("cannot resolve {}", top.display()))?;
         let link = std::fs::symlink_metadata(top).is_ok_and(|m| m.file_type().is_symlink());
         // A listed link into another listed path.
         let into_other = walk
@@ -317,9 +318,9 @@ pub(crate) fn adapter_files(
             .enumerate()
             .any(|(j, l)| j != i && real.starts_with(l));
         if link && into_other {
-            walk.link(top, &real);
+            walk.link(top, real);
         } else if meta.is_dir() {
-            walk.tree(top, &real)?;
+            walk.tree(top, real)?;
         } else {
             walk.file(top)?;
         }

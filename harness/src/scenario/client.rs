@@ -26,7 +26,7 @@ pub struct Client {
     pub behaviour: Behaviour,
     /// The kubernetes backend: what the adapter needs besides `command[0]` to run
     /// in a worker pod (its interpreter, its libraries, its own files), each put
-    /// into the worker image at its path (see [`resolve_pod_files`]). Absent: the
+    /// into the worker image at its path (see [`resolve_pod_file`]). Absent: the
     /// adapter's workers stay processes of the harness's machine. Resolved when
     /// the scenario is read, like the command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
