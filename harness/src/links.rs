@@ -18,6 +18,10 @@ pub struct Links {
     pub worker_storage: Vec<Proxy>,
     /// `peers[m]`: every link into member `m`'s peer ports.
     pub peers: Vec<Vec<Proxy>>,
+    /// (worker, member) links down for the whole run (`[network] unreachable`):
+    /// they refuse every connection from the start, and healing a fault leaves
+    /// them so.
+    standing: Vec<(u32, u32)>,
 }
 
 impl Links {
@@ -26,6 +30,7 @@ impl Links {
         clients: &[SocketAddr],
         storage: SocketAddr,
         peers: Vec<Vec<Proxy>>,
+        standing: Vec<(u32, u32)>,
     ) -> Result<Links> {
         let any: SocketAddr = format!("{WORKER_SIDE}:0")
             .parse()
@@ -48,11 +53,30 @@ impl Links {
                     .context("start storage link proxy")?,
             );
         }
-        Ok(Links {
+        let links = Links {
             worker_service,
             worker_storage,
             peers,
-        })
+            standing,
+        };
+        links.cut_standing();
+        Ok(links)
+    }
+
+    /// Each standing link refuses new connections (reset at once) and loses the
+    /// ones it has: unreachable, not slow — a client's connect fails at once, as
+    /// to a host that is down, instead of waiting out its timeout.
+    fn cut_standing(&self) {
+        for &(w, m) in &self.standing {
+            if let Some(p) = self
+                .worker_service
+                .get(w as usize)
+                .and_then(|ps| ps.get(m as usize))
+            {
+                p.reject_new(true);
+                p.reset_connections();
+            }
+        }
     }
 
     /// Worker `worker`'s way to each member (`host:port` of its proxies).
@@ -82,6 +106,34 @@ impl Links {
             p.clear_all();
             p.reject_new(false);
         }
+        self.cut_standing();
+    }
+
+    /// What each standing link did over the run, from its proxy's counters:
+    /// the connections it refused, and the bytes that crossed it (0 unless the
+    /// link was up at some point, which would be a fault of fencecheck's).
+    pub fn standing_report(&self) -> Option<serde_json::Value> {
+        if self.standing.is_empty() {
+            return None;
+        }
+        let links: Vec<serde_json::Value> = self
+            .standing
+            .iter()
+            .filter_map(|&(w, m)| {
+                let st = self
+                    .worker_service
+                    .get(w as usize)?
+                    .get(m as usize)?
+                    .stats();
+                Some(serde_json::json!({
+                    "worker": w,
+                    "member": m,
+                    "connections_refused": st.connections_rejected,
+                    "bytes_crossed": st.bytes_upstream + st.bytes_downstream,
+                }))
+            })
+            .collect();
+        Some(serde_json::json!({ "unreachable": links }))
     }
 
     pub async fn shutdown(&self) {

@@ -202,6 +202,12 @@ pub async fn run(
         run.dir.display()
     ));
 
+    if !scenario.network.is_empty() {
+        run.say(&format!(
+            "network, for the whole run (not a fault): {}",
+            scenario.network.describe()
+        ));
+    }
     let say = |m: &str| run.say(m);
     let (backend, dep) = Backend::start(chosen, &scenario, external, &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
@@ -210,12 +216,19 @@ pub async fn run(
         &dep.clients,
         dep.storage,
         dep.peer_proxies.clone(),
+        scenario.network.cut_links(),
     )
     .await;
     let outcome = match links {
         Ok(links) => {
             let links = Arc::new(links);
             let r = drive(&run, &dep, backend.clone(), links.clone()).await;
+            if let Some(n) = links.standing_report() {
+                let text = serde_json::to_string_pretty(&n).unwrap_or_default();
+                if let Err(e) = std::fs::write(run.dir.join(rundir::NETWORK_JSON), text + "\n") {
+                    run.say(&format!("cannot write {}: {e}", rundir::NETWORK_JSON));
+                }
+            }
             links.shutdown().await;
             r
         }
@@ -349,6 +362,7 @@ fn write_run_info(
         token: s.storage.token.as_str().to_string(),
         behaviour: s.workload.behaviour.as_str().to_string(),
         resource: run.resource.describe(),
+        network: s.network.describe(),
         time_origin_ns: start_ns,
         time_end_ns: end_ns,
         schedule: plan

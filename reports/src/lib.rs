@@ -159,6 +159,10 @@ pub struct RunInfo {
     /// "http <url>"; absent before fenced resources were a choice.
     #[serde(default = "default_resource")]
     pub resource: String,
+    /// Links down for the whole run (`[network] unreachable`), e.g. "worker 0, 1
+    /// cannot reach member 2": the topology the run was set in, not a fault.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
     pub time_origin_ns: u64,
     pub time_end_ns: u64,
     /// The planned fault schedule (same seed → same schedule).

@@ -27,6 +27,9 @@ pub const STORAGE_BEFORE: &str = "storage-before.json";
 pub const COMPLETE: &str = "complete.json";
 pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
+/// `[network] unreachable`: what each standing link refused, counted by its proxy
+/// at the end of the run (written only when the scenario has such links).
+pub const NETWORK_JSON: &str = "network.json";
 /// What the docker backend created for the run.
 pub const DOCKER_JSON: &str = "docker.json";
 /// Workers in pods wait for this file (holding the run's end time) to start.

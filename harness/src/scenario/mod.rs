@@ -18,6 +18,7 @@ mod expect;
 mod fault;
 mod fault_spec;
 mod locate;
+mod network;
 mod storage;
 mod validate;
 
@@ -26,6 +27,7 @@ pub use expect::{Count, Expect, Holds};
 pub use fault::{Aim, AimEvent, FaultKind, Target};
 pub use fault_spec::{Fault, FaultSpec};
 pub use locate::{locate, shipped_names};
+pub use network::{Network, Unreachable};
 pub use storage::{http_url, Isolation, StorageKind, SyncCommit};
 pub use validate::{line_of_key, line_of_nth_table_key};
 
@@ -59,6 +61,9 @@ pub struct Scenario {
     /// The user's lock client (`docs/client-protocol.md`); unset: fencecheck's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<Client>,
+    /// The network as it stands for the whole run (not a fault; `network.rs`).
+    #[serde(default, skip_serializing_if = "Network::is_empty")]
+    pub network: Network,
     #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
     #[serde(default)]

@@ -65,6 +65,7 @@ pub fn validate(s: &Scenario, text: &str, file: &str) -> Result<(), ScenarioErro
         }
     }
     super::storage::storage_rules(s, &err)?;
+    super::network::rules(s, text, file)?;
     if let Some(r) = &s.cluster.registry {
         if let Err(why) = registry_rule(r) {
             return Err(err(

@@ -71,7 +71,9 @@ pub fn typed(doc: &Table, label: &str) -> Result<Scenario, ScenarioError> {
 /// sections, the faults (kind and target first), `[expect]` last.
 pub fn render(doc: &Table) -> String {
     const TOP: [&str; 4] = ["name", "description", "duration", "seed"];
-    const SECTIONS: [&str; 5] = ["cluster", "lock", "storage", "workload", "client"];
+    const SECTIONS: [&str; 6] = [
+        "cluster", "lock", "storage", "workload", "client", "network",
+    ];
     const FAULT: [&str; 5] = ["kind", "target", "at", "every", "jitter"];
     let is_section = |v: &Value| {
         v.is_table()
@@ -166,7 +168,35 @@ pub fn with_workload(doc: &Table, key: &str, n: u32) -> Table {
     if let Value::Table(w) = w {
         w.insert(key.into(), Value::Integer(i64::from(n)));
     }
+    if key == "workers" {
+        keep_network_workers_below(&mut d, n);
+    }
     d
+}
+
+/// `[[network.unreachable]]` names workers by number: with fewer workers, the
+/// ones gone leave its lists (and an entry with none left goes), so the
+/// candidate is still a valid scenario, set in what is left of the same network.
+fn keep_network_workers_below(doc: &mut Table, n: u32) {
+    let Some(Value::Table(net)) = doc.get_mut("network") else {
+        return;
+    };
+    let Some(Value::Array(entries)) = net.get_mut("unreachable") else {
+        return;
+    };
+    for e in entries.iter_mut() {
+        if let Some(Value::Array(ws)) = e.get_mut("workers") {
+            ws.retain(|w| w.as_integer().is_some_and(|w| w < i64::from(n)));
+        }
+    }
+    entries.retain(|e| {
+        e.get("workers")
+            .and_then(Value::as_array)
+            .is_some_and(|ws| !ws.is_empty())
+    });
+    if entries.is_empty() {
+        doc.remove("network");
+    }
 }
 
 /// `doc` with the run's `duration`.
@@ -299,6 +329,21 @@ mutex_overlaps = "any"
         let expect = text.find("[expect]").expect("expect");
         assert!(text.find("[[fault]]").expect("fault") < expect, "{text}");
         assert!(text.find("[workload]").expect("workload") < text.find("[[fault]]").expect("f"));
+    }
+
+    #[test]
+    fn fewer_workers_take_their_links_out_of_the_network() {
+        let text = "name = \"n\"\n[cluster]\nmembers = 3\n[lock]\nservice = \"redlock\"\n\
+                    [workload]\nworkers = 5\n\
+                    [[network.unreachable]]\nworkers = [0, 1]\nmembers = [2]\n\
+                    [[network.unreachable]]\nworkers = [2, 3, 4]\nmembers = [1]\n";
+        let doc: Table = toml::from_str(text).expect("toml");
+        let s = typed(&with_workload(&doc, "workers", 3), "c").expect("valid with 3");
+        assert_eq!(s.network.cut_links(), vec![(0, 2), (1, 2), (2, 1)]);
+        let s = typed(&with_workload(&doc, "workers", 2), "c").expect("valid with 2");
+        assert_eq!(s.network.cut_links(), vec![(0, 2), (1, 2)]);
+        let d = with_workload(&with_workload(&doc, "workers", 2), "workers", 0);
+        assert!(d.get("network").is_none(), "{d:?}");
     }
 
     #[test]

@@ -220,6 +220,16 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
             run.ttl_s
         ),
     );
+    if !run.network.is_empty() {
+        fact(
+            h,
+            "network",
+            format!(
+                "<span id=\"network\">{}</span> (for the whole run; not a fault)",
+                escape(&run.network)
+            ),
+        );
+    }
     fact(
         h,
         "storage",
