@@ -111,8 +111,21 @@ fn run_on_kubernetes(
 }
 
 fn run_file_on_kubernetes(kubeconfig: &Path, file: &Path, out: &Path) -> std::process::Output {
-    bin()
-        .env("KUBECONFIG", kubeconfig)
+    run_file_with_docker_config(kubeconfig, file, out, None)
+}
+
+/// [`run_file_on_kubernetes`] with `DOCKER_CONFIG` (where a Docker login is).
+fn run_file_with_docker_config(
+    kubeconfig: &Path,
+    file: &Path,
+    out: &Path,
+    docker_config: Option<&Path>,
+) -> std::process::Output {
+    let mut cmd = bin();
+    if let Some(d) = docker_config {
+        cmd.env("DOCKER_CONFIG", d);
+    }
+    cmd.env("KUBECONFIG", kubeconfig)
         .arg("scenario")
         .arg(file)
         .args(["--backend", "kubernetes", "--quiet", "--out"])
@@ -123,17 +136,25 @@ fn run_file_on_kubernetes(kubeconfig: &Path, file: &Path, out: &Path) -> std::pr
 
 /// A registry on loopback: Debian's docker-registry (distribution 2.8,
 /// `ci/bootstrap.sh` installs it), storing in a temporary directory, its access
-/// log in a file; stopped on drop.
+/// log in a file; stopped on drop. It takes only the user `fc` with its
+/// password (htpasswd, which distribution serves only over TLS: a certificate
+/// of its own, which Docker accepts on `127.0.0.0/8` without verifying it), as a
+/// team's registry would.
 struct Registry {
     child: Child,
     /// What `[cluster] registry` says: `127.0.0.1:<port>/fc` (a path too, as a
     /// team's registry would have).
     name: String,
     log: PathBuf,
+    /// A `DOCKER_CONFIG` with the login, as `docker login` writes it.
+    docker_config: PathBuf,
+    /// A `DOCKER_CONFIG` with no login at all.
+    no_login: PathBuf,
 }
 
 impl Registry {
     fn start(work: &Path) -> Registry {
+        use base64::Engine;
         let bin = Path::new("/usr/bin/docker-registry");
         assert!(
             bin.exists(),
@@ -146,16 +167,40 @@ impl Registry {
             .port();
         let dir = work.join("registry");
         std::fs::create_dir_all(dir.join("data")).expect("mkdir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        std::fs::write(dir.join("cert.pem"), cert.pem()).expect("cert");
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("key");
+        let password = format!("pw-{port}");
+        let hash = bcrypt::hash(&password, 4).expect("bcrypt");
+        std::fs::write(dir.join("htpasswd"), format!("fc:{hash}\n")).expect("htpasswd");
         let config = dir.join("config.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                dir.join("data").display()
+                 http:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {}\n    key: {}\n\
+                 auth:\n  htpasswd:\n    realm: fencecheck\n    path: {}\n",
+                dir.join("data").display(),
+                dir.join("cert.pem").display(),
+                dir.join("key.pem").display(),
+                dir.join("htpasswd").display(),
             ),
         )
         .expect("write config");
+        let docker_config = dir.join("docker");
+        std::fs::create_dir_all(&docker_config).expect("mkdir");
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("fc:{password}"));
+        std::fs::write(
+            docker_config.join("config.json"),
+            format!("{{\"auths\":{{\"127.0.0.1:{port}\":{{\"auth\":\"{auth}\"}}}}}}"),
+        )
+        .expect("docker config");
+        let no_login = dir.join("no-login");
+        std::fs::create_dir_all(&no_login).expect("mkdir");
         // Its access log goes to stdout, the rest to stderr: both to one file.
         let log = dir.join("registry.log");
         let file = std::fs::File::create(&log).expect("log");
@@ -170,25 +215,21 @@ impl Registry {
             child,
             name: format!("127.0.0.1:{port}/fc"),
             log,
+            docker_config,
+            no_login,
         };
-        // Ready when /v2/ answers 200.
+        // Ready when it says it listens (with TLS) and takes a connection.
         let t0 = Instant::now();
         loop {
-            let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut c| {
-                use std::io::{Read, Write};
-                c.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n")?;
-                let mut s = String::new();
-                c.read_to_string(&mut s)?;
-                Ok(s)
-            });
-            if answer.is_ok_and(|a| a.starts_with("HTTP/1.0 200") || a.starts_with("HTTP/1.1 200"))
+            let said = std::fs::read_to_string(&reg.log).unwrap_or_default();
+            if said.contains("listening on") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
+                assert!(said.contains("tls"), "not serving TLS:\n{said}");
                 return reg;
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
-                "docker-registry did not answer /v2/ within 20 s: {}",
-                std::fs::read_to_string(&reg.log).unwrap_or_default()
+                "docker-registry did not listen within 20 s: {said}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -305,7 +346,24 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
                     1,
                 );
                 std::fs::write(&file, with).expect("write");
-                run_file_on_kubernetes(&kubeconfig, &file, &out)
+                // Without the login the registry refuses the push, and the run
+                // stops before any pod: the login below is what lets it in.
+                let refused = work.path().join("pause-no-login");
+                let o = run_file_with_docker_config(
+                    &kubeconfig,
+                    &file,
+                    &refused,
+                    Some(&reg.no_login),
+                );
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
+                assert!(
+                    err.contains("failed") && err.contains("no Docker login for 127.0.0.1:"),
+                    "{}",
+                    explain(&o)
+                );
+                assert!(!refused.join("kubernetes.json").exists());
+                run_file_with_docker_config(&kubeconfig, &file, &out, Some(&reg.docker_config))
             }
         };
         times.insert(name, t0.elapsed().as_secs_f64());

@@ -125,6 +125,10 @@ pub const NEEDED: &[(&str, &str, &str, &str, bool)] = &[
     ("delete", "", "pods", "", true),
     ("get", "", "pods", "log", true),
     ("create", "", "pods", "exec", true),
+    // The reaper's Secret (in `default`), and with a registry login the pods'
+    // pull Secret (in the run's namespace).
+    ("create", "", "secrets", "", true),
+    ("delete", "", "secrets", "", true),
 ];
 
 /// Something wrong with the node the run's pods would go to, said at

@@ -106,6 +106,8 @@ pub struct KubernetesBackend {
     /// The workers' image as the pods ask for it, when they are pods
     /// (`workers::in_pods`).
     worker_image: Option<String>,
+    /// The pods' pull Secret in the run's namespace, with a registry login.
+    pull_secret: Option<String>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -176,10 +178,17 @@ impl KubernetesBackend {
         };
         // Without a registry the pods use the engine's images as they are.
         let registry = scenario.cluster.registry.as_deref();
+        let login = match registry {
+            Some(r) => registry::login(r)?,
+            None => None,
+        };
+        let login = login.as_ref();
+        // What the pods pull with (`registry.rs`).
+        let pull = login.map(registry::docker_config_json);
         let member_image =
-            registry::place(&engine.docker, registry, &member_image.tag, say).await?;
+            registry::place(&engine.docker, registry, login, &member_image.tag, say).await?;
         let storage_image = match storage_image {
-            Some(i) => Some(registry::place(&engine.docker, registry, &i.tag, say).await?),
+            Some(i) => Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?),
             None => None,
         };
         // The workers' too, with a `[client]` adapter's runtime in it: an adapter
@@ -191,7 +200,7 @@ impl KubernetesBackend {
                 let i = crate::images::worker_image(&engine.docker, adapter, say)
                     .await
                     .context("the workers' image")?;
-                Some(registry::place(&engine.docker, registry, &i.tag, say).await?)
+                Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?)
             }
         };
         let run_id = super::docker::new_run_id();
@@ -236,16 +245,19 @@ impl KubernetesBackend {
             docker: engine.docker.clone(),
             run_id: run_id.clone(),
             worker_image,
+            pull_secret: None,
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
         let access = connect::reaper_access(&cluster);
         let reaper_image = match crate::images::reaper_image(&engine.docker, say).await {
-            Ok(i) => registry::place(&engine.docker, registry, &i.tag, say).await,
+            Ok(i) => registry::place(&engine.docker, registry, login, &i.tag, say).await,
             Err(e) => Err(e),
         };
         let started = match (access, reaper_image) {
-            (Ok(a), Ok(i)) => reaper::start(&cluster.client, &ns, &run_id, &a, &i, say).await,
+            (Ok(a), Ok(i)) => {
+                reaper::start(&cluster.client, &ns, &run_id, &a, &i, pull.as_deref(), say).await
+            }
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
         match started {
@@ -254,6 +266,13 @@ impl KubernetesBackend {
                 backend.stop().await;
                 return Err(e.context("the run's reaper did not start"));
             }
+        }
+        if let Some(json) = &pull {
+            if let Err(e) = namespace::pull_secret(&cluster.client, &ns, &run_id, json).await {
+                backend.stop().await;
+                return Err(e);
+            }
+            backend.pull_secret = Some(registry::PULL_SECRET.to_string());
         }
         say(&format!(
             "starting {n} {svc} {} pod(s){} in namespace {ns} on node {} ({})",
@@ -349,6 +368,7 @@ impl KubernetesBackend {
                 run_dir,
                 user: None,
                 host_files: Vec::new(),
+                pull_secret: self.pull_secret.as_deref(),
             });
             let log = crate::record::rundir::member_log(run_dir, short, i);
             self.members.push(PodProc {
@@ -403,6 +423,7 @@ impl KubernetesBackend {
                     run_dir,
                     user,
                     host_files: Vec::new(),
+                    pull_secret: self.pull_secret.as_deref(),
                 });
                 self.storage = Some(PodProc {
                     pod: name.clone(),

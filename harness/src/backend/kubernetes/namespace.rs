@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
@@ -65,6 +65,33 @@ pub async fn create(client: &kube::Client, ns: &str, run_id: &str) -> Result<()>
         Err(e) => Err(e).with_context(|| format!("create serviceaccount {ns}/default")),
         Ok(_) => Ok(()),
     }
+}
+
+/// The run's pull Secret ([`super::registry::PULL_SECRET`]): the user's login for
+/// `[cluster] registry`, which every pod of the run names in `imagePullSecrets`.
+/// It goes with the namespace.
+pub async fn pull_secret(client: &kube::Client, ns: &str, run_id: &str, json: &str) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let obj = Secret {
+        metadata: ObjectMeta {
+            name: Some(super::registry::PULL_SECRET.to_string()),
+            labels: Some(BTreeMap::from([(
+                RUN_LABEL.to_string(),
+                run_id.to_string(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        string_data: Some(BTreeMap::from([(
+            ".dockerconfigjson".to_string(),
+            json.to_string(),
+        )])),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("create secret {ns}/{}", super::registry::PULL_SECRET))?;
+    Ok(())
 }
 
 /// Deletes every pod of `ns`, waits until kubelet has stopped them, then deletes

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures_util::AsyncReadExt;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, Pod, PodSecurityContext, PodSpec, Volume, VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSecurityContext, PodSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, LogParams, PostParams};
@@ -53,6 +54,9 @@ pub struct PodSpecIn<'a> {
     /// Files of the node mounted read-only at their own paths (the worker pods'
     /// fencecheck binary: the node is this machine).
     pub host_files: Vec<PathBuf>,
+    /// The Secret the node pulls the image with (`registry::PULL_SECRET`, with a
+    /// registry login), in the pod's namespace.
+    pub pull_secret: Option<&'a str>,
 }
 
 /// `Never` for an image of this machine's engine (`fencecheck/…`: the node is
@@ -155,6 +159,11 @@ pub fn pod(p: &PodSpecIn) -> Pod {
                 ..Default::default()
             }),
             termination_grace_period_seconds: Some(2),
+            image_pull_secrets: p.pull_secret.map(|name| {
+                vec![LocalObjectReference {
+                    name: name.to_string(),
+                }]
+            }),
             containers: vec![Container {
                 name: CONTAINER.into(),
                 image: Some(p.image.to_string()),

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, HostPathVolumeSource, Pod, PodSpec, Secret, SecretKeySelector,
-    Volume, VolumeMount,
+    Container, EnvVar, EnvVarSource, HostPathVolumeSource, LocalObjectReference, Pod, PodSpec,
+    Secret, SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -95,6 +95,7 @@ pub async fn start(
     run_id: &str,
     access: &ReaperAccess,
     image: &str,
+    pull: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<Reaper> {
     let name = name(run_id);
@@ -126,7 +127,7 @@ pub async fn start(
         name: name.clone(),
         namespace: ns.to_string(),
     };
-    match make_pod(client, ns, run_id, &name, access, image, say).await {
+    match make_pod(client, ns, run_id, &name, access, image, pull, say).await {
         Ok(()) => Ok(reaper),
         Err(e) => {
             reaper.stop(client).await;
@@ -142,9 +143,20 @@ async fn make_pod(
     name: &str,
     access: &ReaperAccess,
     image: &str,
+    pull: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), HOME);
+    // With a registry login, the same Secret is the reaper pod's pull secret
+    // (`registry.rs`): a `dockerconfigjson` Secret may hold other keys too, and
+    // the reaper already deletes this one.
+    let mut data = BTreeMap::from([
+        ("token".to_string(), access.token.clone()),
+        ("ca.crt".to_string(), access.ca_pem.clone()),
+    ]);
+    if let Some(json) = pull {
+        data.insert(".dockerconfigjson".to_string(), json.to_string());
+    }
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -152,10 +164,8 @@ async fn make_pod(
             labels: Some(labels(run_id)),
             ..Default::default()
         },
-        string_data: Some(BTreeMap::from([
-            ("token".to_string(), access.token.clone()),
-            ("ca.crt".to_string(), access.ca_pem.clone()),
-        ])),
+        string_data: Some(data),
+        type_: pull.map(|_| "kubernetes.io/dockerconfigjson".to_string()),
         ..Default::default()
     };
     secrets
@@ -187,6 +197,11 @@ async fn make_pod(
             automount_service_account_token: Some(false),
             restart_policy: Some("Never".into()),
             termination_grace_period_seconds: Some(0),
+            image_pull_secrets: pull.map(|_| {
+                vec![LocalObjectReference {
+                    name: name.to_string(),
+                }]
+            }),
             volumes: access.docker_socket.as_ref().map(|s| {
                 vec![Volume {
                     name: "docker".into(),

@@ -99,6 +99,7 @@ impl KubernetesBackend {
                 run_dir: &self.run_dir,
                 user: None,
                 host_files: vec![exe.clone()],
+                pull_secret: self.pull_secret.as_deref(),
             });
             pods::create(&self.pods, &pod)
                 .await
