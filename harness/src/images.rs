@@ -53,6 +53,12 @@ pub struct Image {
 pub struct BuildContext {
     pub(crate) dockerfile: &'static str,
     pub(crate) files: BTreeMap<String, (u32, Vec<u8>)>,
+    /// Files whose modification time the image must keep (seconds since the
+    /// epoch); every other entry gets 0, so a build is the same wherever it runs.
+    /// An adapter's runtime keeps its own: Python trusts a `.pyc` only while its
+    /// source's mtime is the one compiled, and would compile every module again
+    /// at each start of a pod.
+    pub(crate) mtimes: BTreeMap<String, u64>,
 }
 
 impl BuildContext {
@@ -66,6 +72,10 @@ impl BuildContext {
             h.update(format!("\0{mode:o}\0{}\0", bytes.len()).as_bytes());
             h.update(bytes);
         }
+        // Only when some are kept: the other images' hashes stay as they were.
+        for (path, mtime) in &self.mtimes {
+            h.update(format!("\0mtime\0{path}\0{mtime}").as_bytes());
+        }
         let d = h.finalize();
         d.iter().take(6).map(|b| format!("{b:02x}")).collect()
     }
@@ -77,7 +87,7 @@ impl BuildContext {
                 let mut hdr = tar::Header::new_gnu();
                 hdr.set_size(bytes.len() as u64);
                 hdr.set_mode(mode);
-                hdr.set_mtime(0);
+                hdr.set_mtime(self.mtimes.get(path).copied().unwrap_or(0));
                 hdr.set_cksum();
                 b.append_data(&mut hdr, path, bytes)
                     .with_context(|| format!("tar {path}"))
@@ -175,6 +185,7 @@ pub async fn agent_storage_image(docker: &Docker, say: &dyn Fn(&str)) -> Result<
     let ctx = BuildContext {
         dockerfile: AGENT_STORAGE_DOCKERFILE,
         files,
+        mtimes: Default::default(),
     };
     let tag = format!("fencecheck/agent-storage:{}", ctx.hash());
     ensure(docker, &tag, "agent-storage", &ctx, say).await
@@ -226,6 +237,7 @@ pub async fn worker_image(
     let mut ctx = BuildContext {
         dockerfile: DOCKERFILE,
         files: BTreeMap::new(),
+        mtimes: Default::default(),
     };
     for lib in tokio::task::block_in_place(|| shared_libraries(&exe))? {
         add_file(&mut ctx.files, &lib, &lib)?;
@@ -239,12 +251,32 @@ pub async fn worker_image(
     let name = match adapter {
         None => "worker-pod".to_string(),
         Some((command, files)) => {
+            let before: std::collections::HashSet<String> = ctx.files.keys().cloned().collect();
             tokio::task::block_in_place(|| adapter_files(&mut ctx.files, command, files))?;
+            keep_own_mtimes(&mut ctx, &before);
             format!("worker-{}-pod", adapter_name(command))
         }
     };
     let tag = format!("fencecheck/{name}:{}", ctx.hash());
     ensure(docker, &tag, &name, &ctx, say).await
+}
+
+/// The entries added since `before`, each copied from its own path, keep that
+/// file's mtime (see [`BuildContext::mtimes`]).
+fn keep_own_mtimes(ctx: &mut BuildContext, before: &std::collections::HashSet<String>) {
+    for key in ctx.files.keys().filter(|k| !before.contains(*k)) {
+        let Some(rel) = key.strip_prefix("rootfs/") else {
+            continue;
+        };
+        if let Ok(m) = std::fs::metadata(format!("/{rel}")) {
+            let secs = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            ctx.mtimes.insert(key.clone(), secs);
+        }
+    }
 }
 
 /// An adapter's name for its image's tag: its directory's (a `bin/` skipped)
@@ -466,6 +498,7 @@ pub async fn pause_image(docker: &Docker, bin: &Path, say: &dyn Fn(&str)) -> Res
     let ctx = BuildContext {
         dockerfile: DOCKERFILE,
         files,
+        mtimes: Default::default(),
     };
     let tag = format!("fencecheck/pause:{}", ctx.hash());
     ensure(docker, &tag, "pause", &ctx, say).await
@@ -484,7 +517,11 @@ async fn static_image(
     let bytes = std::fs::read(&bin).with_context(|| format!("cannot read {}", bin.display()))?;
     let mut files = BTreeMap::new();
     files.insert(package.to_string(), (0o755, bytes));
-    let ctx = BuildContext { dockerfile, files };
+    let ctx = BuildContext {
+        dockerfile,
+        files,
+        mtimes: Default::default(),
+    };
     let tag = format!("fencecheck/{what}:{}", ctx.hash());
     ensure(docker, &tag, what, &ctx, say).await
 }
@@ -514,6 +551,9 @@ async fn ensure(
         .t(tag)
         .rm(true)
         .forcerm(true)
+        // The builder's cache keys a COPY by content, not mtime: a context whose
+        // kept mtimes changed would get the layer built with the old ones.
+        .nocache(!ctx.mtimes.is_empty())
         .labels(&labels)
         .build();
     let mut stream = docker.build_image(
@@ -554,7 +594,11 @@ pub(crate) fn program_context(bin: &Path, dockerfile: &'static str) -> Result<Bu
     for lib in shared_libraries(bin)? {
         add_file(&mut files, &lib, &lib)?;
     }
-    Ok(BuildContext { dockerfile, files })
+    Ok(BuildContext {
+        dockerfile,
+        files,
+        mtimes: Default::default(),
+    })
 }
 
 /// Puts the content of `from` (symlinks followed) at `at` under `rootfs/` in the
@@ -748,6 +792,7 @@ mod tests {
             BuildContext {
                 dockerfile: STORAGE_DOCKERFILE,
                 files,
+                mtimes: Default::default(),
             }
         };
         assert_eq!(mk(b"a").hash(), mk(b"a").hash());
@@ -840,6 +885,7 @@ mod tests {
         let ctx = BuildContext {
             dockerfile: "FROM scratch\n",
             files,
+            mtimes: Default::default(),
         };
         let tar = ctx.tar().expect("tar");
         let mut a = tar::Archive::new(tar.as_slice());
@@ -854,5 +900,73 @@ mod tests {
             link.link_name().ok().flatten().as_deref(),
             Some(Path::new("lib"))
         );
+    }
+}
+
+#[cfg(test)]
+mod mtime_tests {
+    use super::*;
+
+    /// An entry with a kept mtime has it in the build context's tar; the others 0.
+    #[test]
+    fn kept_mtimes_reach_the_tar_and_the_hash() {
+        let mut ctx = BuildContext {
+            dockerfile: "FROM scratch\n",
+            files: BTreeMap::from([
+                ("rootfs/a.py".to_string(), (0o644, b"a".to_vec())),
+                ("rootfs/b".to_string(), (0o644, b"b".to_vec())),
+            ]),
+            mtimes: Default::default(),
+        };
+        let before = ctx.hash();
+        ctx.mtimes.insert("rootfs/a.py".to_string(), 1_700_000_000);
+        assert_ne!(
+            ctx.hash(),
+            before,
+            "a kept mtime is part of what the image is"
+        );
+        let tar = ctx.tar().expect("tar");
+        let mut a = tar::Archive::new(tar.as_slice());
+        let got: BTreeMap<String, u64> = a
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                (
+                    e.path().expect("path").display().to_string(),
+                    e.header().mtime().expect("mtime"),
+                )
+            })
+            .collect();
+        assert_eq!(got["rootfs/a.py"], 1_700_000_000, "{got:?}");
+        assert_eq!(got["rootfs/b"], 0, "{got:?}");
+    }
+
+    /// An adapter's files keep their own mtimes; what was there before does not.
+    #[test]
+    fn an_adapters_files_keep_their_mtimes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let py = dir.path().join("lib/m.py");
+        std::fs::create_dir_all(py.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&py, "x = 1\n").expect("write");
+        let cmd = dir.path().join("run.sh");
+        std::fs::write(&cmd, "#!/bin/sh\n").expect("write");
+        let mut ctx = BuildContext {
+            dockerfile: "FROM scratch\n",
+            files: BTreeMap::from([("rootfs/x".to_string(), (0o644, b"x".to_vec()))]),
+            mtimes: Default::default(),
+        };
+        let before = ctx.files.keys().cloned().collect();
+        adapter_files(&mut ctx.files, &cmd, &[dir.path().join("lib")]).expect("files");
+        keep_own_mtimes(&mut ctx, &before);
+        let want = std::fs::metadata(&py)
+            .and_then(|m| m.modified())
+            .expect("mtime")
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        let key = format!("rootfs{}", py.display());
+        assert_eq!(ctx.mtimes.get(&key), Some(&want), "{:?}", ctx.mtimes);
+        assert!(!ctx.mtimes.contains_key("rootfs/x"));
     }
 }

@@ -222,7 +222,8 @@ impl Registry {
         let t0 = Instant::now();
         loop {
             let said = std::fs::read_to_string(&reg.log).unwrap_or_default();
-            if said.contains("listening on") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            if said.contains("listening on")
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
                 assert!(said.contains("tls"), "not serving TLS:\n{said}");
                 return reg;
@@ -349,12 +350,8 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
                 // Without the login the registry refuses the push, and the run
                 // stops before any pod: the login below is what lets it in.
                 let refused = work.path().join("pause-no-login");
-                let o = run_file_with_docker_config(
-                    &kubeconfig,
-                    &file,
-                    &refused,
-                    Some(&reg.no_login),
-                );
+                let o =
+                    run_file_with_docker_config(&kubeconfig, &file, &refused, Some(&reg.no_login));
                 let err = String::from_utf8_lossy(&o.stderr);
                 assert_eq!(o.status.code(), Some(2), "{}", explain(&o));
                 assert!(

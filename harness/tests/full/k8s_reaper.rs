@@ -160,6 +160,7 @@ fn access(c: &Cluster) -> ReaperAccess {
         node: Some(cluster::NODE.into()),
         host_network: true,
         docker_socket: Some("/var/run/docker.sock".into()),
+        pull: None,
     }
 }
 

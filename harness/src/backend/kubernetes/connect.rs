@@ -102,6 +102,7 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
         host_network: true,
         docker_socket: Some("/var/run/docker.sock".to_string())
             .filter(|s| std::path::Path::new(s).exists()),
+        pull: None,
     })
 }
 

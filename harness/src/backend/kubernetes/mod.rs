@@ -255,8 +255,9 @@ impl KubernetesBackend {
             Err(e) => Err(e),
         };
         let started = match (access, reaper_image) {
-            (Ok(a), Ok(i)) => {
-                reaper::start(&cluster.client, &ns, &run_id, &a, &i, pull.as_deref(), say).await
+            (Ok(mut a), Ok(i)) => {
+                a.pull = pull.clone();
+                reaper::start(&cluster.client, &ns, &run_id, &a, &i, say).await
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
         };

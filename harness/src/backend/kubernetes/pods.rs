@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures_util::AsyncReadExt;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSecurityContext, PodSpec,
-    Volume, VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSecurityContext,
+    PodSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, LogParams, PostParams};

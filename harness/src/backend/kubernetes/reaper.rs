@@ -58,6 +58,9 @@ pub struct ReaperAccess {
     /// containers through it instead of leaving them to kubelet's garbage
     /// collection (a minute).
     pub docker_socket: Option<String>,
+    /// `.dockerconfigjson` of the registry login the reaper's image is pulled
+    /// with (`registry.rs`), when `[cluster] registry` has one.
+    pub pull: Option<String>,
 }
 
 /// A started reaper whose Lease this process renews. Dropping it stops the
@@ -95,7 +98,6 @@ pub async fn start(
     run_id: &str,
     access: &ReaperAccess,
     image: &str,
-    pull: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<Reaper> {
     let name = name(run_id);
@@ -127,7 +129,7 @@ pub async fn start(
         name: name.clone(),
         namespace: ns.to_string(),
     };
-    match make_pod(client, ns, run_id, &name, access, image, pull, say).await {
+    match make_pod(client, ns, run_id, &name, access, image, say).await {
         Ok(()) => Ok(reaper),
         Err(e) => {
             reaper.stop(client).await;
@@ -143,9 +145,9 @@ async fn make_pod(
     name: &str,
     access: &ReaperAccess,
     image: &str,
-    pull: Option<&str>,
     say: &dyn Fn(&str),
 ) -> Result<()> {
+    let pull = access.pull.as_deref();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), HOME);
     // With a registry login, the same Secret is the reaper pod's pull secret
     // (`registry.rs`): a `dockerconfigjson` Secret may hold other keys too, and

@@ -65,7 +65,23 @@ pub fn host_of(registry: &str) -> &str {
 /// an error that says so.
 pub fn login(registry: &str) -> Result<Option<Login>> {
     let server = host_of(registry);
-    match docker_credential::get_credential(server) {
+    // Where Docker keeps it; no file is no login (the crate would call that a
+    // read error, as it does a file that is not JSON).
+    let Some(dir) = std::env::var_os("DOCKER_CONFIG")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".docker")))
+    else {
+        return Ok(None);
+    };
+    let path = dir.join("config.json");
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("[cluster] registry: cannot read {}: {e}", path.display()),
+    };
+    let found =
+        docker_credential::get_credential_from_reader(std::io::BufReader::new(file), server);
+    match found {
         Ok(DockerCredential::UsernamePassword(username, password)) => Ok(Some(Login {
             server: server.to_string(),
             username,
@@ -79,16 +95,16 @@ pub fn login(registry: &str) -> Result<Option<Login>> {
         Err(CredentialRetrievalError::NoCredentialConfigured)
         | Err(CredentialRetrievalError::ConfigNotFound) => Ok(None),
         Err(e) => bail!(
-            "[cluster] registry: cannot read the Docker login for {server} (DOCKER_CONFIG or \
-             ~/.docker/config.json): {e}"
+            "[cluster] registry: cannot read the Docker login for {server} from {}: {e}",
+            path.display()
         ),
     }
 }
 
 /// `.dockerconfigjson` for the pods' pull Secret: the login for its host only.
 pub fn docker_config_json(l: &Login) -> String {
-    let auth = base64::engine::general_purpose::STANDARD
-        .encode(format!("{}:{}", l.username, l.password));
+    let auth =
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", l.username, l.password));
     serde_json::json!({
         "auths": { l.server.as_str(): {
             "username": l.username,
@@ -215,22 +231,31 @@ mod tests {
         .expect("write");
         // No other test reads DOCKER_CONFIG.
         std::env::set_var("DOCKER_CONFIG", dir.path());
-        let l = login("127.0.0.1:5443/team").expect("read").expect("a login");
+        let l = login("127.0.0.1:5443/team")
+            .expect("read")
+            .expect("a login");
         assert_eq!(
             (l.server.as_str(), l.username.as_str(), l.password.as_str()),
             ("127.0.0.1:5443", "fc", "s3cret")
         );
-        let v: serde_json::Value =
-            serde_json::from_str(&docker_config_json(&l)).expect("json");
+        let v: serde_json::Value = serde_json::from_str(&docker_config_json(&l)).expect("json");
         assert_eq!(v["auths"]["127.0.0.1:5443"]["auth"], auth.as_str());
         assert_eq!(v["auths"]["127.0.0.1:5443"]["username"], "fc");
         // Another host: no login, an anonymous push.
         assert_eq!(login("registry.example.com/team").expect("read"), None);
+        // No config file at all (no `docker login` ever): no login either.
+        let empty = tempfile::tempdir().expect("tmp");
+        std::env::set_var("DOCKER_CONFIG", empty.path());
+        assert_eq!(login("127.0.0.1:5443").expect("no file"), None);
+        std::env::set_var("DOCKER_CONFIG", dir.path());
         // A config that is not JSON is said, not taken for "no login".
         std::fs::write(dir.path().join("config.json"), "{ not json").expect("write");
         let e = login("127.0.0.1:5443").expect_err("bad config");
         std::env::remove_var("DOCKER_CONFIG");
-        assert!(e.to_string().contains("cannot read the Docker login"), "{e}");
+        assert!(
+            e.to_string().contains("cannot read the Docker login"),
+            "{e}"
+        );
     }
 
     #[test]

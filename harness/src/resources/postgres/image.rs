@@ -145,6 +145,7 @@ pub(crate) fn context() -> Result<BuildContext> {
     Ok(BuildContext {
         dockerfile: POSTGRES_DOCKERFILE,
         files,
+        mtimes: Default::default(),
     })
 }
 

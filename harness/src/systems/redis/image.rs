@@ -27,6 +27,7 @@ pub(crate) fn context() -> Result<BuildContext> {
     Ok(BuildContext {
         dockerfile: REDIS_DOCKERFILE,
         files,
+        mtimes: Default::default(),
     })
 }
 

@@ -71,6 +71,7 @@ pub(crate) fn context(java: &Path, classpath: &str) -> Result<BuildContext> {
     Ok(BuildContext {
         dockerfile: ZOOKEEPER_DOCKERFILE,
         files,
+        mtimes: Default::default(),
     })
 }
 
