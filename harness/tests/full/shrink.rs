@@ -39,11 +39,15 @@ at = "1s"
 duration = "1s"
 latency = "1ms"
 
+# Aimed at the holder's read: a pause at a time could land after the hold's
+# last write, and the woken holder would write nothing stale (it did, once, in a
+# loaded CI run); between a read and its write it always has one to make.
 [[fault]]
 kind = "pause"
 target = "holder"
 at = "2s"
 duration = "3s"
+aim = "read"
 
 [[fault]]
 kind = "delay"
