@@ -467,9 +467,10 @@ fn controller_at_work(n: &Value) -> bool {
 /// gets here there ([`controller_at_work`]). The local cluster (`fencecheck
 /// cluster up`) has no controller-manager, so a deleted namespace would stay
 /// Terminating forever: the reaper does the controller's work for what the run
-/// leaves in it — its pods (gone by now), its Lease, the namespace's service
-/// accounts — then PUTs `spec.finalizers: []` to the namespace's `finalize`
-/// subresource. Returns whether that PUT went through.
+/// leaves in it — its pods (gone by now), its Leases, the namespace's service
+/// accounts, Secrets, Roles and RoleBindings — then PUTs `spec.finalizers: []`
+/// to the namespace's `finalize` subresource. Returns whether that PUT went
+/// through.
 fn finalize(api: &Api, ns: &str, lease: &str, mut n: Value) -> bool {
     println!("namespace {ns} is still Terminating with no pods and no namespace controller: finalizing it");
     deleted(
@@ -483,6 +484,9 @@ fn finalize(api: &Api, ns: &str, lease: &str, mut n: Value) -> bool {
         ("serviceaccounts", "/api/v1"),
         ("configmaps", "/api/v1"),
         ("secrets", "/api/v1"),
+        // The electors' Role and binding (`[lock] apiserver = "cluster"`).
+        ("roles", "/apis/rbac.authorization.k8s.io/v1"),
+        ("rolebindings", "/apis/rbac.authorization.k8s.io/v1"),
     ] {
         deleted(
             &format!("every {kind} object of namespace {ns}"),

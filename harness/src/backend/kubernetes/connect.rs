@@ -130,6 +130,18 @@ pub const NEEDED: &[(&str, &str, &str, &str, bool)] = &[
     // pull Secret (in the run's namespace).
     ("create", "", "secrets", "", true),
     ("delete", "", "secrets", "", true),
+    // Where no namespace controller empties a deleted namespace (the local
+    // cluster), the harness and the reaper delete what the run made in it
+    // before they finalize it (`namespace::empty`).
+    (
+        "deletecollection",
+        "coordination.k8s.io",
+        "leases",
+        "",
+        true,
+    ),
+    ("deletecollection", "", "serviceaccounts", "", true),
+    ("deletecollection", "", "secrets", "", true),
 ];
 
 /// Something wrong with the node the run's pods would go to, said at

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
@@ -169,6 +170,10 @@ pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
     let mut finalized = false;
     while namespaces.get_opt(ns).await?.is_some() {
         if !finalized && deleted_at.elapsed() >= wait {
+            // What the controller would have deleted first: finalizing a
+            // namespace that still holds objects leaves them behind in etcd,
+            // where nothing ever deletes them.
+            done.extend(empty(client, ns).await);
             finalize(&namespaces, ns).await?;
             finalized = true;
         }
@@ -219,6 +224,38 @@ async fn controller_manager_runs(client: &kube::Client) -> bool {
         Ok(None) => false,
         Err(_) => true,
     }
+}
+
+/// Deletes every object of the kinds a run makes in `ns` besides its pods — the
+/// reaper's Lease and the electors' (`elect.rs`), the service accounts, the pull
+/// Secret, the electors' Role and binding — as the namespace controller would
+/// before it finalizes. Best effort, as the controller's: what cannot be
+/// deleted is said in what it returns.
+async fn empty(client: &kube::Client, ns: &str) -> Vec<String> {
+    async fn all<K>(client: &kube::Client, ns: &str, kind: &str) -> String
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), ns);
+        match api
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+        {
+            Ok(_) => format!("every {kind} of {ns}"),
+            Err(e) => format!("not every {kind} of {ns}: {e}"),
+        }
+    }
+    vec![
+        all::<Lease>(client, ns, "lease").await,
+        all::<ServiceAccount>(client, ns, "serviceaccount").await,
+        all::<Secret>(client, ns, "secret").await,
+        all::<Role>(client, ns, "role").await,
+        all::<RoleBinding>(client, ns, "rolebinding").await,
+    ]
 }
 
 /// What the namespace controller does once a namespace is empty: clears its
