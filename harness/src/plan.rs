@@ -56,6 +56,17 @@ pub fn check(s: &Scenario, backend: BackendKind) -> Result<(), ScenarioError> {
     let svc = s.lock.service;
     (crate::systems::system(svc).rules().check)(s)?;
     settings_rules(s)?;
+    if !s.lock.apiserver.is_own() && backend != BackendKind::Kubernetes {
+        return Err(s.source.error_at_key(
+            "apiserver",
+            format!(
+                "lock.apiserver = \"cluster\" elects on the kubernetes backend's cluster, and \
+                 this run's backend is {}; expected backend = \"kubernetes\" (or --backend \
+                 kubernetes)",
+                backend.as_str()
+            ),
+        ));
+    }
     if backend == BackendKind::Docker && !crate::systems::system(svc).runs_on_docker() {
         return Err(s.source.error_at_key(
             "backend",
@@ -102,6 +113,13 @@ fn settings_rules(s: &Scenario) -> Result<(), ScenarioError> {
             }
         }
     }
+    if !own.cluster_apiserver && !s.lock.apiserver.is_own() {
+        let who = having(&|x| x.cluster_apiserver);
+        return Err(err(
+            "apiserver",
+            format!("lock.apiserver is a setting of {who}; {svc} runs members of its own"),
+        ));
+    }
     if !own.persistence && s.lock.persistence.is_some() {
         let who = having(&|x| x.persistence);
         return Err(err(
@@ -147,6 +165,45 @@ pub(crate) fn assert_available(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[lock] apiserver = "cluster"`: Kubernetes only, on the kubernetes backend
+    /// only, with no members of the run's own and no fault aimed at the cluster's
+    /// API server; each refusal at its line.
+    #[test]
+    fn electing_on_the_clusters_apiserver_is_refused_where_it_cannot_be() {
+        let base = "name = \"x\"\n[lock]\nservice = \"kubernetes\"\napiserver = \"cluster\"\n\
+                    ttl = \"3s\"\n";
+        let pause = "\n[[fault]]\nkind = \"pause\"\ntarget = \"holder\"\nat = \"2s\"\n\
+                     duration = \"4s\"\n";
+        let s = Scenario::parse(&format!("{base}{pause}"), "c.toml").expect("valid");
+        check(&s, BackendKind::Kubernetes).expect("a holder's pause on kubernetes");
+        assert_eq!(
+            s.member_count(),
+            1,
+            "the cluster's API server is the one member"
+        );
+        for b in [BackendKind::Process, BackendKind::Docker, BackendKind::Auto] {
+            let e = check(&s, b).expect_err("not without the cluster");
+            assert_eq!(e.line, Some(4), "{e}");
+            assert!(e.message.contains("backend = \"kubernetes\""), "{e}");
+        }
+        let member = "\n[[fault]]\nkind = \"pause\"\ntarget = \"member:0\"\nat = \"2s\"\n\
+                      duration = \"4s\"\n";
+        let s = Scenario::parse(&format!("{base}{member}"), "m.toml").expect("parses");
+        let e = check(&s, BackendKind::Kubernetes).expect_err("the cluster's is not ours");
+        assert_eq!(e.line, Some(9), "{e}");
+        assert!(e.message.contains("does not fault"), "{e}");
+        let three = "name = \"x\"\n[cluster]\nmembers = 3\n[lock]\nservice = \"kubernetes\"\n\
+                     apiserver = \"cluster\"\nttl = \"3s\"\n";
+        let s = Scenario::parse(three, "3.toml").expect("parses");
+        let e = check(&s, BackendKind::Kubernetes).expect_err("no members of its own");
+        assert_eq!(e.line, Some(3), "{e}");
+        let etcd = "name = \"x\"\n[lock]\napiserver = \"cluster\"\n";
+        let s = Scenario::parse(etcd, "e.toml").expect("parses");
+        let e = check(&s, BackendKind::Kubernetes).expect_err("etcd has no such setting");
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("kubernetes"), "{e}");
+    }
 
     #[test]
     fn storage_kill_runs_on_both_backends() {

@@ -91,6 +91,7 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
                 scenario.cluster.kubeconfig.as_deref(),
                 scenario.cluster.node.as_deref(),
                 scenario.cluster.registry.is_some(),
+                !scenario.lock.apiserver.is_own(),
             )
             .await
             .map_err(

@@ -262,6 +262,12 @@ pub struct Lock {
         with = "humantime_serde"
     )]
     pub retry_period: Option<Duration>,
+    /// Kubernetes: whose API server the electors elect on — a kube-apiserver of
+    /// the run's own (with its etcd, as members fencecheck can fault), or the
+    /// kubernetes backend's cluster's own (`"cluster"`: no members of
+    /// fencecheck's; docs/lock-systems.md).
+    #[serde(default, skip_serializing_if = "ApiServer::is_own")]
+    pub apiserver: ApiServer,
 }
 
 impl Default for Lock {
@@ -272,7 +278,26 @@ impl Default for Lock {
             persistence: None,
             renew_deadline: None,
             retry_period: None,
+            apiserver: ApiServer::Own,
         }
+    }
+}
+
+/// `[lock] apiserver` (Kubernetes): where the Leases live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApiServer {
+    /// kube-apiserver 1.20.2 and its etcd, started for the run as its members.
+    #[default]
+    Own,
+    /// The API server of the kubernetes backend's cluster (the kubeconfig's), in
+    /// the run's namespace, with a service account's token of the run's own.
+    Cluster,
+}
+
+impl ApiServer {
+    pub fn is_own(&self) -> bool {
+        *self == ApiServer::Own
     }
 }
 
@@ -570,7 +595,13 @@ impl Scenario {
     /// the apiserver after them (`member:N` with N = members targets it).
     pub fn member_count(&self) -> usize {
         let n = self.cluster.members.0 as usize;
-        n + usize::from(self.lock.service == ServiceKind::Kubernetes)
+        // Kubernetes' own apiserver is one more member; the cluster's is the one
+        // member the workers reach.
+        match (self.lock.service, self.lock.apiserver) {
+            (ServiceKind::Kubernetes, ApiServer::Own) => n + 1,
+            (ServiceKind::Kubernetes, ApiServer::Cluster) => 1,
+            _ => n,
+        }
     }
 
     /// The scenario file `arg` names (see [`locate`]).

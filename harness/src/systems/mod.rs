@@ -108,6 +108,9 @@ pub struct Rules {
     pub persistence: bool,
     /// `[lock] renew_deadline` and `retry_period` (an elector's timing).
     pub elector_timing: bool,
+    /// `[lock] apiserver = "cluster"`: it can elect on the kubernetes backend's
+    /// cluster's own API server instead of members of its own.
+    pub cluster_apiserver: bool,
 }
 
 /// A `[cluster] version` the system does not have, refused at the line of

@@ -41,6 +41,14 @@ pub struct ServiceAccess {
     /// The name the certificate is for (clients reach it through proxies, so not
     /// by its address).
     pub server_name: String,
+    /// The namespace the Leases are in: `default` on the run's own apiserver,
+    /// the run's namespace on the cluster's (`[lock] apiserver = "cluster"`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+fn default_namespace() -> String {
+    crate::systems::kubernetes::lease::NAMESPACE.to_string()
 }
 
 // The availability of a fault moved to `crate::plan`; the backend's `auto` choice

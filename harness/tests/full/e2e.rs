@@ -183,8 +183,10 @@ fn bad_scenario_is_exit_2_with_file_and_line() {
 
 #[test]
 fn shipped_scenarios_validate() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("scenarios"))
-        .expect("scenarios/")
+    // The folder's own, and those that need a Kubernetes cluster.
+    let mut files: Vec<PathBuf> = ["scenarios", "scenarios/kubernetes"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(repo_root().join(d)).expect("scenarios/"))
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))

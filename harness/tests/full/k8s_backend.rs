@@ -42,6 +42,9 @@ fn leftovers(rt: &tokio::runtime::Runtime, kubeconfig: &Path, run_id: &str) -> V
         if nss.get_opt(&ns).await.expect("get namespace").is_some() {
             left.push(format!("namespace {ns}"));
         }
+        // A namespace finalized with objects still in it leaves them in etcd,
+        // listable by its name: what the run made there besides its pods.
+        left.extend(in_namespace(&client, &ns).await);
         let pods: Api<Pod> = Api::all(client);
         let lp = ListParams::default().labels(&format!("fencecheck.run={run_id}"));
         for p in pods.list(&lp).await.expect("list pods").items {
@@ -61,6 +64,36 @@ fn leftovers(rt: &tokio::runtime::Runtime, kubeconfig: &Path, run_id: &str) -> V
             .map(|c| format!("container {c}")),
     );
     left
+}
+
+/// The Leases, service accounts, Secrets, Roles and RoleBindings in `ns`.
+async fn in_namespace(client: &kube::Client, ns: &str) -> Vec<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    async fn names<K>(client: &kube::Client, ns: &str, kind: &str) -> Vec<String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::<K>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list {kind} in {ns}: {e}"))
+            .items
+            .iter()
+            .map(|o| format!("{kind} {ns}/{}", o.meta().name.clone().unwrap_or_default()))
+            .collect()
+    }
+    let mut v = names::<Lease>(client, ns, "lease").await;
+    v.extend(names::<ServiceAccount>(client, ns, "serviceaccount").await);
+    v.extend(names::<Secret>(client, ns, "secret").await);
+    v.extend(names::<Role>(client, ns, "role").await);
+    v.extend(names::<RoleBinding>(client, ns, "rolebinding").await);
+    v
 }
 
 fn wait_nothing_left(
@@ -324,6 +357,9 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         "redis-pause",
         "kill",
         "k8s-lease-pause",
+        // The same, electing on the local cluster's own API server: no member pods,
+        // the Leases in the run's namespace, a service account of the run's own.
+        "kubernetes/k8s-cluster-lease-pause",
         // PostgreSQL as the storage's pod, crashed (agent kill) and recovered twice.
         "pg-crash",
         // Two Redis pods' clocks stepped (clockshim in the member image, its offset
@@ -393,6 +429,12 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         for (i, w) in workers.iter().enumerate() {
             assert_eq!(w["pod"], format!("worker-{i}"), "{name}: {k}");
             assert!(n(&w["pid"]) > 1, "{name}: {w}");
+        }
+        if name.contains("cluster") {
+            wait_nothing_left(&rt, &kubeconfig, &run_id, name);
+            on_the_clusters_apiserver(&rt, &kubeconfig, &r, &k);
+            assert_nothing_left(&out);
+            continue;
         }
         // The members' output came through the API's log stream.
         let log = std::fs::read_dir(&out)
@@ -500,6 +542,65 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     );
     eprintln!("k8s_backend: wall time per scenario (s): {times:?}");
     down(&dir, &mut guard);
+}
+
+/// A run that elected on the cluster's own API server (`[lock] apiserver =
+/// "cluster"`): no member pod, the cluster's version in the report, the Leases
+/// in the run's namespace as the elector's service account, and none of the
+/// run's Leases left anywhere once its namespace has gone (`leftovers` looks in
+/// the namespace itself).
+fn on_the_clusters_apiserver(
+    rt: &tokio::runtime::Runtime,
+    kubeconfig: &Path,
+    r: &Value,
+    k: &Value,
+) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    assert_eq!(k["apiserver"], "the cluster's", "{k}");
+    let pods: Vec<&str> = k["pods"]
+        .as_array()
+        .expect("pods")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|p| !p.starts_with("worker-"))
+        .collect();
+    assert_eq!(pods, ["storage"], "no member pod: {k}");
+    assert!(
+        k["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .all(|i| !i.as_str().unwrap_or_default().contains("kubernetes-pod")),
+        "no member image: {k}"
+    );
+    let version = r["run"]["service_version"].as_str().unwrap_or_default();
+    assert!(version.starts_with("v1.20"), "the cluster's: {}", r["run"]);
+    // The grants were judged from the Leases as the harness watched them in the
+    // run's namespace (not from the workers' tokens).
+    assert!(
+        n(&r["checks"]["token"]["grants"]) >= 3,
+        "grants observed: {}",
+        r["checks"]["token"]
+    );
+    let left = rt.block_on(async {
+        let client = fencecheck::cluster::api::client(kubeconfig)
+            .await
+            .expect("client");
+        Api::<Lease>::all(client)
+            .list(&Default::default())
+            .await
+            .expect("leases")
+            .items
+            .into_iter()
+            .filter_map(|l| {
+                let name = l.metadata.name.unwrap_or_default();
+                let ns = l.metadata.namespace.unwrap_or_default();
+                name.starts_with("fencecheck-k")
+                    .then(|| format!("{ns}/{name}"))
+            })
+            .collect::<Vec<_>>()
+    });
+    assert!(left.is_empty(), "Leases left: {left:?}");
 }
 
 /// `client-go-pause.toml` with `[client] pod_files = <files>` and its command

@@ -64,7 +64,6 @@ pub fn kubeconfig(given: Option<&Path>) -> Result<(PathBuf, String)> {
 /// same server URL (its pod is on the host's network of the harness's node), the
 /// kubeconfig's token and CA.
 pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
-    use base64::Engine;
     use secrecy::ExposeSecret;
     let token = c
         .config
@@ -76,8 +75,24 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
             "the kubeconfig's user has no token: the reaper (the dead-man switch after a \
              SIGKILL) needs one to act for the run",
         )?;
-    let ca_pem = c
-        .config
+    let ca_pem = ca_pem(&c.config);
+    Ok(super::reaper::ReaperAccess {
+        server: c.server.trim_end_matches('/').to_string(),
+        token,
+        ca_pem,
+        node: Some(c.node.clone()),
+        host_network: true,
+        docker_socket: Some("/var/run/docker.sock".to_string())
+            .filter(|s| std::path::Path::new(s).exists()),
+        pull: None,
+    })
+}
+
+/// The kubeconfig's CA certificates for its server, as PEM ("" when it names
+/// none).
+pub fn ca_pem(config: &kube::Config) -> String {
+    use base64::Engine;
+    config
         .root_cert
         .iter()
         .flatten()
@@ -93,17 +108,7 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
                 lines.join("\n")
             )
         })
-        .collect::<String>();
-    Ok(super::reaper::ReaperAccess {
-        server: c.server.trim_end_matches('/').to_string(),
-        token,
-        ca_pem,
-        node: Some(c.node.clone()),
-        host_network: true,
-        docker_socket: Some("/var/run/docker.sock".to_string())
-            .filter(|s| std::path::Path::new(s).exists()),
-        pull: None,
-    })
+        .collect()
 }
 
 /// A client for `config` in the current runtime.
@@ -159,8 +164,13 @@ impl std::error::Error for NodeError {}
 
 /// Finds the cluster and checks it can run this run's pods; `node` is the
 /// scenario's `[cluster] node`; `registry`: `[cluster] registry` is set (the
-/// node pulls the images from there).
-pub async fn connect(given: Option<&Path>, node: Option<&str>, registry: bool) -> Result<Cluster> {
+/// node pulls the images from there); `elect`: `[lock] apiserver = "cluster"`.
+pub async fn connect(
+    given: Option<&Path>,
+    node: Option<&str>,
+    registry: bool,
+    elect: bool,
+) -> Result<Cluster> {
     let (path, source) = kubeconfig(given)?;
     if !path.exists() {
         bail!(
@@ -182,7 +192,14 @@ pub async fn connect(given: Option<&Path>, node: Option<&str>, registry: bool) -
             path.display()
         ),
     };
-    for &(verb, group, resource, sub, namespaced) in NEEDED {
+    // Electing on the cluster's API server (`elect`) needs the elector's account
+    // and its Role too (`elect.rs`).
+    let extra = if elect {
+        super::elect::needed()
+    } else {
+        Vec::new()
+    };
+    for &(verb, group, resource, sub, namespaced) in NEEDED.iter().chain(&extra) {
         if !allowed(&client, verb, group, resource, sub, namespaced).await? {
             let what = if sub.is_empty() {
                 resource.to_string()

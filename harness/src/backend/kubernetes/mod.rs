@@ -29,6 +29,7 @@
 //!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
 
 pub mod connect;
+pub mod elect;
 pub mod namespace;
 pub mod pods;
 pub mod reaper;
@@ -121,6 +122,10 @@ struct Record<'a> {
     node: &'a str,
     namespace: &'a str,
     label: String,
+    /// Whose API server the electors elect on (Kubernetes Lease): "the run's
+    /// own" or "the cluster's" (`[lock] apiserver`).
+    #[serde(skip_serializing_if = "str::is_empty")]
+    apiserver: &'a str,
     /// `[cluster] registry`, when the node pulls the images from there.
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<&'a str>,
@@ -167,8 +172,22 @@ impl KubernetesBackend {
         let engine = super::docker::engine(super::docker::ENGINE_TIMEOUT)
             .await
             .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;
-        let deploy = tokio::task::block_in_place(|| system.deploy(scenario, say))?;
-        let member_image = crate::images::pod_image(&engine.docker, deploy.as_ref(), say).await?;
+        // Electing on the cluster's own API server: no members of the run's own
+        // (`elect.rs`); where the workers reach it is found before anything starts.
+        let on_cluster = match scenario.lock.apiserver.is_own() {
+            true => None,
+            false => Some(elect::target(&cluster).await?),
+        };
+        let deploy = match on_cluster {
+            Some(_) => None,
+            None => Some(tokio::task::block_in_place(|| {
+                system.deploy(scenario, say)
+            })?),
+        };
+        let member_image = match &deploy {
+            Some(d) => Some(crate::images::pod_image(&engine.docker, d.as_ref(), say).await?),
+            None => None,
+        };
         let storage_image = match (external, &own) {
             (Some(_), _) => None,
             (None, Some(o)) => {
@@ -185,8 +204,10 @@ impl KubernetesBackend {
         let login = login.as_ref();
         // What the pods pull with (`registry.rs`).
         let pull = login.map(registry::docker_config_json);
-        let member_image =
-            registry::place(&engine.docker, registry, login, &member_image.tag, say).await?;
+        let member_image = match member_image {
+            Some(i) => Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?),
+            None => None,
+        };
         let storage_image = match storage_image {
             Some(i) => Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?),
             None => None,
@@ -208,8 +229,18 @@ impl KubernetesBackend {
         let n = scenario.member_count();
         let short = system.member_name();
         let peer_ports = system.ports().peers.len();
-        let (at, proxies) = super::process::placements(n, peer_ports, &run_dir, short).await?;
-        let specs = deploy.members(scenario, &at)?;
+        let (at, proxies) = match on_cluster {
+            Some(_) => (Vec::new(), Vec::new()),
+            None => super::process::placements(n, peer_ports, &run_dir, short).await?,
+        };
+        let specs = match &deploy {
+            Some(d) => d.members(scenario, &at)?,
+            None => Vec::new(),
+        };
+        let clients: Vec<SocketAddr> = match &on_cluster {
+            Some(t) => vec![t.addr],
+            None => at.iter().map(|a| a.client).collect(),
+        };
         for (spec, p) in specs.iter().zip(&at) {
             super::process::write_files(spec, p)?;
         }
@@ -228,7 +259,7 @@ impl KubernetesBackend {
             run_dir: run_dir.clone(),
             storage_addr: external,
             peer_proxies: proxies.iter().flatten().cloned().collect(),
-            clients: at.iter().map(|a| a.client).collect(),
+            clients: clients.clone(),
             clocks: specs
                 .iter()
                 .zip(&at)
@@ -275,9 +306,41 @@ impl KubernetesBackend {
             }
             backend.pull_secret = Some(registry::PULL_SECRET.to_string());
         }
+        let access = match &on_cluster {
+            None => deploy.as_ref().and_then(|d| d.access()),
+            // Valid past the run's end, its heal phase and the final reads.
+            Some(t) => {
+                let valid = scenario.duration + Duration::from_secs(600);
+                match elect::grant(&cluster.client, &ns, &run_id, t, valid).await {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        backend.stop().await;
+                        return Err(
+                            e.context("the electors' service account on the cluster's API server")
+                        );
+                    }
+                }
+            }
+        };
+        let version = match &deploy {
+            Some(d) => d.version().to_string(),
+            None => cluster.version.clone(),
+        };
+        if on_cluster.is_some() {
+            say(&format!(
+                "electing on the cluster's own API server {} ({}), Leases in namespace {ns}, \
+                 as serviceaccount {ns}/{}",
+                cluster.server,
+                cluster.version,
+                elect::ELECTOR
+            ));
+        }
         say(&format!(
-            "starting {n} {svc} {} pod(s){} in namespace {ns} on node {} ({})",
-            deploy.version(),
+            "starting {} pod(s){} in namespace {ns} on node {} ({})",
+            match &deploy {
+                Some(d) => format!("{n} {svc} {}", d.version()),
+                None => "no member".into(),
+            },
             match external {
                 None => " and the storage's",
                 Some(_) => "",
@@ -295,7 +358,12 @@ impl KubernetesBackend {
             namespace: &ns,
             label: format!("{RUN_LABEL}={run_id}"),
             registry,
-            images: [Some(member_image.as_str()), storage_image.as_deref()]
+            apiserver: match (&on_cluster, svc) {
+                (Some(_), _) => "the cluster's",
+                (None, crate::scenario::ServiceKind::Kubernetes) => "the run's own",
+                (None, _) => "",
+            },
+            images: [member_image.as_deref(), storage_image.as_deref()]
                 .into_iter()
                 .flatten()
                 .collect(),
@@ -310,7 +378,7 @@ impl KubernetesBackend {
                 &run_dir,
                 scenario,
                 specs,
-                &member_image,
+                member_image.as_deref(),
                 storage_image.as_deref(),
                 record,
             )
@@ -324,13 +392,13 @@ impl KubernetesBackend {
         };
         let deployment = Deployment {
             service: svc,
-            clients: at.iter().map(|a| a.client).collect(),
+            clients,
             storage,
             peer_proxies: proxies,
-            version: deploy.version().to_string(),
+            version,
             backend: "kubernetes".into(),
             backend_reason: String::new(),
-            access: deploy.access(),
+            access,
         };
         Ok((backend, deployment))
     }
@@ -343,7 +411,7 @@ impl KubernetesBackend {
         run_dir: &Path,
         scenario: &Scenario,
         specs: Vec<MemberSpec>,
-        member_image: &str,
+        member_image: Option<&str>,
         storage_image: Option<&str>,
         mut record: Record<'_>,
     ) -> Result<SocketAddr> {
@@ -363,7 +431,7 @@ impl KubernetesBackend {
                 run_id,
                 role: short,
                 node: &cluster.node,
-                image: member_image,
+                image: member_image.context("no member image")?,
                 program,
                 env: spec.env.clone(),
                 run_dir,

@@ -18,6 +18,7 @@ pub const RULES: Rules = Rules {
     tokens_why: "",
     persistence: false,
     elector_timing: false,
+    cluster_apiserver: false,
 };
 
 pub fn check(s: &Scenario) -> Result<(), ScenarioError> {

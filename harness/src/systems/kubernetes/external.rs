@@ -7,17 +7,16 @@
 
 use crate::systems::external::owner::Owners;
 
-pub struct KubeOwners;
+pub struct KubeOwners {
+    /// The Leases' namespace (`ServiceAccess::namespace`).
+    pub namespace: String,
+}
 
 #[async_trait::async_trait]
 impl Owners for KubeOwners {
     /// `namespace/name` of the Lease.
     fn lock(&self, name: &str) -> String {
-        format!(
-            "{}/{}",
-            super::lease::NAMESPACE,
-            super::lease::lease_name(name)
-        )
+        format!("{}/{}", self.namespace, super::lease::lease_name(name))
     }
 
     fn owner_value(&self, worker: u32, session: i64, handle: i64) -> Option<(i64, String)> {

@@ -1,6 +1,8 @@
 //! Kubernetes' keyspace contract, shared by the worker's elector, the harness's
 //! observer and the external adapters' owners: one `coordination.k8s.io/v1` Lease
-//! per storage key in namespace `default`, named `fencecheck-<key>`; a holder's
+//! per storage key, named `fencecheck-<key>`, in namespace `default` on the run's
+//! own apiserver and in the run's namespace on the cluster's ([`ServiceAccess`]'s
+//! `namespace`); a holder's
 //! `holderIdentity` is an [`OwnerValue`] (`<worker>:<pid>:<session>:0`), so the
 //! harness reads which worker and session hold a Lease off the Lease itself. The
 //! API is reached with the run's own token and CA ([`ServiceAccess`]).
@@ -15,7 +17,8 @@ use kube::api::{Api, PostParams};
 use crate::record::observe::OwnerValue;
 use crate::systems::service::ServiceAccess;
 
-/// The namespace every Lease is in (the apiserver's bootstrap controller makes it).
+/// The namespace every Lease is in on the run's own apiserver (its bootstrap
+/// controller makes it).
 pub const NAMESPACE: &str = "default";
 const PREFIX: &str = "fencecheck-";
 /// The identity the harness writes into a Lease to take it away from its holder
@@ -90,8 +93,8 @@ pub fn now() -> MicroTime {
 pub fn new_lease(name: &str, holder: &str, duration: Duration) -> Lease {
     Lease {
         metadata: ObjectMeta {
+            // The namespace is the API's (`api`): the URL names it.
             name: Some(name.to_string()),
-            namespace: Some(NAMESPACE.into()),
             ..Default::default()
         },
         spec: Some(LeaseSpec {
@@ -134,7 +137,7 @@ pub fn released(old: &Lease) -> Lease {
     l
 }
 
-/// The Lease API of namespace [`NAMESPACE`] at `endpoint` (`host:port`), with the
+/// The Lease API of the access's namespace at `endpoint` (`host:port`), with the
 /// run's token and CA. The certificate is checked against the name it was made
 /// for, not the address: workers reach the apiserver through their own proxies.
 pub fn api(endpoint: &str, access: &ServiceAccess) -> Result<Api<Lease>> {
@@ -144,7 +147,7 @@ pub fn api(endpoint: &str, access: &ServiceAccess) -> Result<Api<Lease>> {
     let mut cfg = kube::Config::new(url);
     cfg.root_cert = Some(pem_certs(&access.ca_pem)?);
     cfg.tls_server_name = Some(access.server_name.clone());
-    cfg.default_namespace = NAMESPACE.into();
+    cfg.default_namespace = access.namespace.clone();
     cfg.connect_timeout = Some(Duration::from_secs(2));
     // An elector's calls fail rather than retry: client-go does not retry either,
     // and a retry would move its renew past the deadline it measures.
@@ -156,7 +159,7 @@ pub fn api(endpoint: &str, access: &ServiceAccess) -> Result<Api<Lease>> {
             .context("the run's token")?,
     )];
     let client = kube::Client::try_from(cfg).context("Kubernetes client")?;
-    Ok(Api::namespaced(client, NAMESPACE))
+    Ok(Api::namespaced(client, &access.namespace))
 }
 
 fn pem_certs(pem: &str) -> Result<Vec<Vec<u8>>> {

@@ -121,6 +121,7 @@ impl KubeDeploy {
             token: self.tls.token.clone(),
             ca_pem: self.tls.ca_pem.clone(),
             server_name: SERVER_NAME.into(),
+            namespace: super::lease::NAMESPACE.into(),
         }
     }
 }

@@ -88,9 +88,15 @@ impl crate::systems::System for Kubernetes {
     }
     fn external_owners(
         &self,
-        _cfg: &ClientConfig,
+        cfg: &ClientConfig,
     ) -> Box<dyn crate::systems::external::owner::Owners> {
-        Box::new(external::KubeOwners)
+        Box::new(external::KubeOwners {
+            namespace: cfg
+                .access
+                .as_ref()
+                .map_or(lease::NAMESPACE, |a| a.namespace.as_str())
+                .to_string(),
+        })
     }
 }
 

@@ -15,15 +15,20 @@ pub const RULES: Rules = Rules {
     tokens_why: " (grant: the acquiring write's resourceVersion; transitions: leaseTransitions)",
     persistence: false,
     elector_timing: true,
+    cluster_apiserver: true,
 };
 
 pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
     let err = |key: &str, message: String| s.source.error_at_key(key, message);
-    crate::systems::version_refused(
-        s,
-        |v| v == "1.20",
-        "\"1.20\" (kube-apiserver built from Debian's source)",
-    )?;
+    if s.lock.apiserver.is_own() {
+        crate::systems::version_refused(
+            s,
+            |v| v == "1.20",
+            "\"1.20\" (kube-apiserver built from Debian's source)",
+        )?;
+    } else {
+        on_the_cluster(s)?;
+    }
 
     let l = &s.lock;
     let fmt = |d: Duration| humantime::format_duration(d).to_string();
@@ -66,6 +71,53 @@ pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
                 fmt(renew)
             ),
         ));
+    }
+    Ok(())
+}
+
+/// `apiserver = "cluster"`: the Leases live on the cluster's API server, which is
+/// not fencecheck's to start, size, pause or kill. The workers' links to it and
+/// the workers themselves are, and so is the storage.
+fn on_the_cluster(s: &Scenario) -> Result<(), ScenarioError> {
+    let err = |key: &str, message: String| s.source.error_at_key(key, message);
+    let why = "lock.apiserver = \"cluster\" elects on the cluster's own API server";
+    if let Some(v) = &s.cluster.version {
+        let key = if s.source.has_key("version") {
+            "version"
+        } else {
+            "etcd"
+        };
+        return Err(err(
+            key,
+            format!(
+                "cluster.version = {v:?}: {why}, whose version is its own; expected no version"
+            ),
+        ));
+    }
+    if s.cluster.members.0 != 1 {
+        return Err(err(
+            "members",
+            format!(
+                "cluster.members = {}: {why}, which has no members of fencecheck's; expected \
+                 no members (or 1)",
+                s.cluster.members.0
+            ),
+        ));
+    }
+    for (i, f) in s.faults.iter().enumerate() {
+        if f.target.is_members() {
+            return Err(s.source.error_at_fault(
+                i,
+                "target",
+                format!(
+                    "fault #{} ({} of {}): {why}, which fencecheck does not fault; expected a \
+                     worker, a worker link or the storage as the target",
+                    i + 1,
+                    f.kind,
+                    f.target
+                ),
+            ));
+        }
     }
     Ok(())
 }

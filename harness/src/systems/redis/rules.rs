@@ -14,6 +14,7 @@ pub const RULES: Rules = Rules {
                  INCR in the acquire script; owner: the random owner value)",
     persistence: true,
     elector_timing: false,
+    cluster_apiserver: false,
 };
 
 pub fn check(s: &Scenario) -> Result<(), ScenarioError> {
