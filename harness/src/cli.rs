@@ -466,7 +466,7 @@ fn scenario(
         Ok(f) => f,
         Err(e) => return error(e),
     };
-    let scenario = match crate::plan::load(&file) {
+    let scenario = match crate::plan::load_for(&file, o.backend) {
         Ok(s) => s,
         Err(e) => return error(e),
     };

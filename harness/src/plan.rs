@@ -45,8 +45,15 @@ pub fn available(
 
 /// Reads a scenario file and checks it against the backend it names.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    load_for(path, None)
+}
+
+/// Reads a scenario file and checks it against `backend` (`--backend`) or, when
+/// none is given, the backend it names: a scenario that needs the kubernetes
+/// backend runs with `--backend kubernetes` whatever its file says.
+pub fn load_for(path: &Path, backend: Option<BackendKind>) -> Result<Scenario, ScenarioError> {
     let s = Scenario::load(path)?;
-    check(&s, s.cluster.backend)?;
+    check(&s, backend.unwrap_or(s.cluster.backend))?;
     Ok(s)
 }
 
@@ -203,6 +210,28 @@ mod tests {
         let e = check(&s, BackendKind::Kubernetes).expect_err("etcd has no such setting");
         assert_eq!(e.line, Some(3), "{e}");
         assert!(e.message.contains("kubernetes"), "{e}");
+    }
+
+    /// `--backend kubernetes` runs a file that names no backend (`auto`) but
+    /// needs the kubernetes one, as the refusal tells the user to.
+    #[test]
+    fn the_backend_flag_is_what_a_file_is_loaded_for() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            "name = \"x\"\n[lock]\nservice = \"kubernetes\"\napiserver = \"cluster\"\n",
+        )
+        .expect("write");
+        let e = load(&f).expect_err("auto cannot elect on a cluster");
+        assert!(e.message.contains("--backend kubernetes"), "{e}");
+        let s = load_for(&f, Some(BackendKind::Kubernetes)).expect("with the flag");
+        assert_eq!(
+            s.cluster.backend,
+            BackendKind::Auto,
+            "the file is unchanged"
+        );
+        load_for(&f, Some(BackendKind::Process)).expect_err("nor on process");
     }
 
     #[test]

@@ -487,10 +487,15 @@ async fn start_pod_workers(
         return Ok(None);
     };
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
-    let gate = run.dir.join(rundir::WORKER_GATE);
+    // A pod's working directory is its image's, not the harness's: the paths a
+    // worker pod writes to are absolute (the run directory is mounted at its
+    // absolute path), or a run under the default relative `runs/` records nothing.
+    let dir = std::fs::canonicalize(&run.dir)
+        .with_context(|| format!("cannot resolve {}", run.dir.display()))?;
+    let gate = dir.join(rundir::WORKER_GATE);
     let mut launches = Vec::new();
     for id in 0..run.s.workload.workers {
-        let mut cfg = worker_config(run, dep, links, id, 0);
+        let mut cfg = worker_config(run, &dir, dep, links, id, 0);
         cfg.start_gate = Some(gate.clone());
         launches.push(crate::backend::kubernetes::workers::Launch {
             id,
@@ -530,8 +535,11 @@ fn open_gate(run_dir: &Path, end_ns: u64) -> Result<()> {
     std::fs::rename(&tmp, &gate).with_context(|| format!("cannot write {}", gate.display()))
 }
 
+/// `dir` is the run directory as the worker names it (`run.dir`, or its
+/// absolute path for a worker pod).
 fn worker_config(
     run: &Run<'_>,
+    dir: &Path,
     dep: &Deployment,
     links: &Links,
     id: u32,
@@ -559,7 +567,7 @@ fn worker_config(
                 command: c.command.clone(),
                 token: c.token.clone(),
                 no_token: s.storage.token == crate::scenario::TokenName::None,
-                log: rundir::client_log(&run.dir, id),
+                log: rundir::client_log(dir, id),
             }),
             access: dep.access.clone(),
             renew_deadline: Some(s.lock.renew_deadline()),
@@ -574,7 +582,7 @@ fn worker_config(
         hold_min_ms: s.workload.hold.min.as_millis() as u64,
         hold_max_ms: s.workload.hold.max.as_millis() as u64,
         seed: run.seed,
-        events: rundir::worker_events(&run.dir, id),
+        events: rundir::worker_events(dir, id),
         end_ns,
         start_gate: None,
     }
@@ -590,7 +598,7 @@ fn start_workers(
     let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
     let mut workers = Vec::new();
     for id in 0..run.s.workload.workers {
-        let cfg = worker_config(run, dep, links, id, end_ns);
+        let cfg = worker_config(run, &run.dir, dep, links, id, end_ns);
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("worker")
             .arg("--config")

@@ -59,7 +59,7 @@ pub async fn run_suite(
 ) -> Result<Vec<Outcome>> {
     let mut scenarios = Vec::new();
     for f in files {
-        scenarios.push((f.clone(), crate::plan::load(f)?));
+        scenarios.push((f.clone(), crate::plan::load_for(f, base.backend)?));
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut outcomes = Vec::new();

@@ -121,23 +121,27 @@ fn kubernetes_json(out: &Path) -> Value {
     serde_json::from_str(&text).expect("kubernetes.json parses")
 }
 
+/// Runs `scenarios/NAME.toml` into `out` as a user does: from `out`'s parent
+/// directory with `--out` relative to it, as the default `runs/<name>-<time>`
+/// is. (A worker pod's working directory is not the harness's: a relative run
+/// directory once reached the pods as it was and they recorded nothing.)
 fn run_on_kubernetes(
     kubeconfig: &Path,
     name: &str,
     extra: &[&str],
     out: &Path,
 ) -> std::process::Output {
+    let (Some(parent), Some(rel)) = (out.parent(), out.file_name()) else {
+        panic!("{} has no parent directory", out.display());
+    };
+    std::fs::create_dir_all(parent).expect("the run's parent directory");
     bin()
+        .current_dir(parent)
         .env("KUBECONFIG", kubeconfig)
-        .args([
-            "scenario",
-            &format!("scenarios/{name}.toml"),
-            "--backend",
-            "kubernetes",
-            "--quiet",
-            "--out",
-        ])
-        .arg(out)
+        .arg("scenario")
+        .arg(repo_root().join(format!("scenarios/{name}.toml")))
+        .args(["--backend", "kubernetes", "--quiet", "--out"])
+        .arg(rel)
         .args(extra)
         .output()
         .expect("run fencecheck")
