@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The nightly job: every shipped scenario on etcd 3.5 and on etcd 3.4 (they behave
-# differently), then the lock-client adapters' scenarios, with a seed derived from
+# differently), then the lock-client adapters' scenarios, then the kubernetes
+# backend on a local single-node cluster of its own (`fencecheck cluster up`: the
+# scenarios that need a cluster, scenarios/kubernetes/, and one of each lock
+# system with --backend kubernetes), with a seed derived from
 # the date (so a night's run can be reproduced exactly, and every night explores a
 # new schedule). All run dirs go
 # under one folder with an index.html per etcd version; the job ends with the
@@ -28,7 +31,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-SUITES="etcd-3.5 etcd-3.4 clients"
+SUITES="etcd-3.5 etcd-3.4 clients kubernetes"
 
 if [ "${1:-}" = "merge" ]; then
   shift
@@ -128,10 +131,32 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -gt "$status" ] && status=$rc
 shrink_failures "$OUT/clients"
 
+# The kubernetes backend, on a local cluster of this job's own (its state in a
+# temporary directory, taken down however the job ends).
+echo "== kubernetes backend on a local cluster, seed $SEED${FENCECHECK_SHARD:+, shard $FENCECHECK_SHARD} =="
+KSTATE="$(mktemp -d)"
+trap '"$BIN" cluster down --dir "$KSTATE" >/dev/null 2>&1; rm -rf "$KSTATE"' EXIT
+if "$BIN" cluster up --dir "$KSTATE"; then
+  KUBECONFIG="$KSTATE/kubeconfig" "$BIN" suite scenarios/kubernetes/ scenarios/pause.toml \
+    scenarios/zk-pause.toml scenarios/redis-pause.toml scenarios/kill.toml scenarios/k8s-lease-pause.toml \
+    "${SHARD[@]}" --seed "$SEED" --backend kubernetes --out "$OUT/kubernetes" \
+    --junit "$OUT/junit-kubernetes.xml" --quiet \
+    | tee "$OUT/summary-kubernetes.txt"
+  rc=${PIPESTATUS[0]}
+  # A failed run is shrunk on the same cluster.
+  KUBECONFIG="$KSTATE/kubeconfig" shrink_failures "$OUT/kubernetes"
+else
+  echo "the local cluster did not come up: the kubernetes suite did not run"
+  rc=2
+fi
+[ "$rc" -gt "$status" ] && status=$rc
+"$BIN" cluster down --dir "$KSTATE" >/dev/null || true
+
 echo
 echo "nightly $DAY (seed $SEED): reports under $OUT"
 for etcd in 3.5 3.4; do
   echo "  etcd $etcd: $OUT/etcd-$etcd/index.html"
 done
 echo "  clients: $OUT/clients/index.html"
+echo "  kubernetes: $OUT/kubernetes/index.html"
 exit "$status"
