@@ -309,17 +309,25 @@ async fn make_pod(
 
 /// Renews the Lease every [`RENEW_EVERY`] until aborted. A failed renewal is
 /// logged and tried again at the next tick: the reaper allows five to fail.
+/// A Lease that is gone was deleted by the clean-up emptying the run's
+/// namespace (`namespace::empty`), the one thing that deletes it: the
+/// namespace is on its way out, and there is nothing left to renew.
 async fn renew(leases: Api<Lease>, ns: String) {
     let mut tick = tokio::time::interval(RENEW_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let patch = serde_json::json!({ "spec": { "renewTime": now() } });
-        if let Err(e) = leases
+        match leases
             .patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            tracing::warn!("renewing lease {ns}/{LEASE}: {e}");
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                tracing::debug!("lease {ns}/{LEASE} is gone with the namespace's clean-up");
+                return;
+            }
+            Err(e) => tracing::warn!("renewing lease {ns}/{LEASE}: {e}"),
         }
     }
 }
