@@ -634,8 +634,13 @@ fn check(run_dir: &std::path::Path) -> i32 {
 }
 
 fn validate(files: &[PathBuf], schedule: bool, seed: Option<u64>) -> i32 {
+    // A folder is its `*.toml` files, as for `suite`.
+    let files = match crate::suite::scenario_files(files) {
+        Ok(f) => f,
+        Err(e) => return error(format!("{e:#}")),
+    };
     let mut bad = 0;
-    for f in files {
+    for f in &files {
         let s = match Scenario::locate(f).and_then(|p| crate::plan::load(&p)) {
             Ok(s) => s,
             Err(e) => {

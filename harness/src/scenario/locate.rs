@@ -36,6 +36,19 @@ pub fn locate(arg: &Path) -> Result<PathBuf, ScenarioError> {
         }
     }
     let names = shipped_names();
+    // A bare name that is one shipped scenario in a subfolder (`client-go-pause`
+    // for `clients/client-go-pause`): that one. Two of the same name: the list.
+    if arg.components().count() == 1 {
+        if let Some(dir) = shipped_dirs().into_iter().find(|d| d.is_dir()) {
+            let stem = with_ext.with_extension("");
+            let mut hits = names
+                .iter()
+                .filter(|n| Path::new(n).file_name() == Some(stem.as_os_str()));
+            if let (Some(one), None) = (hits.next(), hits.next()) {
+                return Ok(dir.join(one).with_extension("toml"));
+            }
+        }
+    }
     Err(ScenarioError {
         file: arg.display().to_string(),
         line: None,
@@ -74,5 +87,33 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
                 out.push(rel.display().to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_name_finds_its_shipped_scenario_in_a_subfolder() {
+        let p = locate(Path::new("k8s-cluster-lease-pause")).expect("found");
+        assert!(
+            p.ends_with("scenarios/kubernetes/k8s-cluster-lease-pause.toml"),
+            "{}",
+            p.display()
+        );
+        let p = locate(Path::new("client-go-pause.toml")).expect("found");
+        assert!(
+            p.ends_with("scenarios/clients/client-go-pause.toml"),
+            "{}",
+            p.display()
+        );
+        let p = locate(Path::new("pause")).expect("found");
+        assert!(p.ends_with("scenarios/pause.toml"), "{}", p.display());
+        let e = locate(Path::new("no-such-scenario")).expect_err("nothing");
+        assert!(
+            e.message.contains("kubernetes/k8s-cluster-lease-pause"),
+            "{e}"
+        );
     }
 }
