@@ -526,6 +526,48 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
             name,
         );
     }
+    // An adapter without `pod_files` (nothing says what it needs in a pod): its
+    // workers stay processes of this machine, the service and storage pods.
+    let name = "adapter-without-pod-files";
+    let file = work.path().join(format!("{name}.toml"));
+    let text = client_go_pause_with_pod_files("[]").replace("pod_files = []", "");
+    assert!(!text.contains("pod_files"), "{text}");
+    std::fs::write(&file, text).expect("write");
+    let out = work.path().join(name);
+    let t0 = Instant::now();
+    let o = run_file_on_kubernetes(&kubeconfig, &file, &out);
+    times.insert(name, t0.elapsed().as_secs_f64());
+    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
+    let r = read_report(&out);
+    assert_eq!(r["passed"], true, "{name}");
+    assert_eq!(r["run"]["backend"], "kubernetes", "{name}: {}", r["run"]);
+    let pauses = fault_count(&r, "pause");
+    assert!(n(&pauses["injected"]) > 0, "{name}: {pauses}");
+    assert_eq!(pauses["confirmed"], pauses["injected"], "{name}: {pauses}");
+    let k = kubernetes_json(&out);
+    assert!(
+        k["workers"].as_array().is_none_or(Vec::is_empty),
+        "{name}: worker pods: {k}"
+    );
+    assert!(
+        k["pods"].as_array().is_some_and(|p| p
+            .iter()
+            .all(|p| !p.as_str().unwrap_or("").starts_with("worker"))),
+        "{name}: {k}"
+    );
+    // The adapter ran beside each worker here, and wrote its log here.
+    for id in 0..5 {
+        assert!(
+            out.join(format!("worker-{id}.client.log")).exists(),
+            "{name}: worker {id}'s adapter log"
+        );
+    }
+    wait_nothing_left(
+        &rt,
+        &kubeconfig,
+        k["run_id"].as_str().expect("run_id"),
+        name,
+    );
     // An adapter whose listed runtime cannot be packaged (a JRE library without
     // the libjvm.so it loads) stops the run before its namespace exists.
     let bad = work.path().join("unpackable-adapter.toml");
