@@ -147,6 +147,25 @@ fn run_on_kubernetes(
         .expect("run fencecheck")
 }
 
+/// Runs `file` into `out` (its wall time into `times`) and asserts it passed on
+/// the kubernetes backend; returns its report.
+fn passes_on_kubernetes(
+    kubeconfig: &Path,
+    name: &'static str,
+    file: &Path,
+    out: &Path,
+    times: &mut BTreeMap<&'static str, f64>,
+) -> Value {
+    let t0 = Instant::now();
+    let o = run_file_on_kubernetes(kubeconfig, file, out);
+    times.insert(name, t0.elapsed().as_secs_f64());
+    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
+    let r = read_report(out);
+    assert_eq!(r["passed"], true, "{name}");
+    assert_eq!(r["run"]["backend"], "kubernetes", "{name}: {}", r["run"]);
+    r
+}
+
 fn run_file_on_kubernetes(kubeconfig: &Path, file: &Path, out: &Path) -> std::process::Output {
     run_file_with_docker_config(kubeconfig, file, out, None)
 }
@@ -482,13 +501,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         ("own-elector-clock-jump", own, 3),
     ] {
         let out = work.path().join(name);
-        let t0 = Instant::now();
-        let o = run_file_on_kubernetes(&kubeconfig, &file, &out);
-        times.insert(name, t0.elapsed().as_secs_f64());
-        assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
-        let r = read_report(&out);
-        assert_eq!(r["passed"], true, "{name}");
-        assert_eq!(r["run"]["backend"], "kubernetes", "{name}: {}", r["run"]);
+        let r = passes_on_kubernetes(&kubeconfig, name, &file, &out, &mut times);
         let jumps = fault_count(&r, "clock-jump");
         assert!(n(&jumps["confirmed"]) > 0, "{name}: {jumps}");
         let k = kubernetes_json(&out);
@@ -534,13 +547,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     assert!(!text.contains("pod_files"), "{text}");
     std::fs::write(&file, text).expect("write");
     let out = work.path().join(name);
-    let t0 = Instant::now();
-    let o = run_file_on_kubernetes(&kubeconfig, &file, &out);
-    times.insert(name, t0.elapsed().as_secs_f64());
-    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
-    let r = read_report(&out);
-    assert_eq!(r["passed"], true, "{name}");
-    assert_eq!(r["run"]["backend"], "kubernetes", "{name}: {}", r["run"]);
+    let r = passes_on_kubernetes(&kubeconfig, name, &file, &out, &mut times);
     let pauses = fault_count(&r, "pause");
     assert!(n(&pauses["injected"]) > 0, "{name}: {pauses}");
     assert_eq!(pauses["confirmed"], pauses["injected"], "{name}: {pauses}");
