@@ -174,9 +174,10 @@ impl KubernetesBackend {
             .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;
         // Electing on the cluster's own API server: no members of the run's own
         // (`elect.rs`); where the workers reach it is found before anything starts.
-        let on_cluster = match scenario.lock.apiserver.is_own() {
-            true => None,
-            false => Some(elect::target(&cluster).await?),
+        let on_cluster = if scenario.lock.apiserver.is_own() {
+            None
+        } else {
+            Some(elect::target(&cluster).await?)
         };
         let deploy = match on_cluster {
             Some(_) => None,
