@@ -10,6 +10,18 @@
 //! - `fencecheck-agent ctl CMD`: sends CMD to that socket and prints the one-line
 //!   JSON answer; exit 0 on ok, 1 on a refused command, 2 on bad usage or no agent.
 //!
+//! - `fencecheck-agent follow FILE`: prints FILE from its start and then whatever
+//!   is appended to it, until killed (the exec that runs it is closed); waits for
+//!   FILE to appear. The harness streams a file a pod writes (the storage's
+//!   journal on a node that is not the harness's machine) into the run
+//!   directory this way, as it is written.
+//!
+//! With `$FENCECHECK_AGENT_FILES` set to a directory holding a `manifest`, `run`
+//! first puts the files a program needs in place (a ConfigMap mounted there,
+//! on a node that does not have the run directory): each manifest line is
+//! `dir<TAB>PATH` (created, mode 0700, with its parents) or
+//! `file<TAB>KEY<TAB>PATH` (the directory's KEY copied to PATH).
+//!
 //! Commands: `stop` (SIGSTOP the group), `cont` (SIGCONT), `kill` (SIGKILL the
 //! group; not restarted by the agent), `start` (PROG again after a kill), `state`.
 //! Each answer is the state read back from `/proc/PID/stat` after acting:
@@ -27,6 +39,10 @@ use std::time::{Duration, Instant};
 const DEFAULT_SOCKET: &str = "/fencecheck-agent.sock";
 /// Overrides [`DEFAULT_SOCKET`] (tests run several agents on one machine).
 const SOCKET_ENV: &str = "FENCECHECK_AGENT_SOCKET";
+/// A directory with a `manifest` of the files to put in place before the start.
+const FILES_ENV: &str = "FENCECHECK_AGENT_FILES";
+/// How often `follow` looks for more of its file.
+const FOLLOW_POLL: Duration = Duration::from_millis(20);
 /// How long a command waits to see its effect in `/proc` before it says it failed.
 const CONFIRM: Duration = Duration::from_secs(5);
 /// The interval of that poll.
@@ -39,7 +55,8 @@ fn socket_path() -> String {
 fn usage() -> ! {
     eprintln!(
         "usage: fencecheck-agent run -- PROG [ARGS...]\n       \
-         fencecheck-agent ctl stop|cont|kill|start|state"
+         fencecheck-agent ctl stop|cont|kill|start|state\n       \
+         fencecheck-agent follow FILE"
     );
     std::process::exit(2)
 }
@@ -55,6 +72,14 @@ fn main() {
             if prog.is_empty() {
                 usage();
             }
+            let placed = match std::env::var_os(FILES_ENV) {
+                Some(dir) => place_files(std::path::Path::new(&dir)),
+                None => Ok(()),
+            };
+            if let Err(e) = placed {
+                eprintln!("fencecheck-agent: {e}");
+                std::process::exit(2)
+            }
             match run(prog) {
                 Ok(code) => std::process::exit(code),
                 Err(e) => {
@@ -64,7 +89,66 @@ fn main() {
             }
         }
         Some("ctl") if args.len() == 2 => std::process::exit(ctl(&args[1])),
+        Some("follow") if args.len() == 2 => match follow(&args[1]) {
+            Ok(()) => {}
+            Err(e) => {
+                eprintln!("fencecheck-agent follow {}: {e}", args[1]);
+                std::process::exit(1)
+            }
+        },
         _ => usage(),
+    }
+}
+
+/// Puts the manifest's directories and files in place (see the top of this file).
+fn place_files(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let manifest = dir.join("manifest");
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    for (n, line) in text.lines().enumerate() {
+        let at = || format!("{}:{}", manifest.display(), n + 1);
+        let fields: Vec<&str> = line.split('\t').collect();
+        match fields.as_slice() {
+            [] | [""] => {}
+            ["dir", path] => std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(|e| format!("{}: cannot create {path}: {e}", at()))?,
+            ["file", key, path] => {
+                if let Some(parent) = std::path::Path::new(path).parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| format!("{}: cannot create {}: {e}", at(), parent.display()))?;
+                }
+                std::fs::copy(dir.join(key), path)
+                    .map_err(|e| format!("{}: cannot copy {key} to {path}: {e}", at()))?;
+            }
+            _ => return Err(format!("{}: expected dir<TAB>PATH or file<TAB>KEY<TAB>PATH", at())),
+        }
+    }
+    Ok(())
+}
+
+/// `follow FILE`: its bytes to stdout as they are written, until killed.
+fn follow(path: &str) -> std::io::Result<()> {
+    let mut file = loop {
+        match std::fs::File::open(path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::thread::sleep(FOLLOW_POLL),
+            Err(e) => return Err(e),
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf)? {
+            0 => std::thread::sleep(FOLLOW_POLL),
+            n => {
+                out.write_all(&buf[..n])?;
+                out.flush()?;
+            }
+        }
     }
 }
 

@@ -224,3 +224,88 @@ fn orphans_come_to_the_agent_and_are_reaped() {
     let left: Vec<i32> = children(agent).into_iter().map(|(p, _)| p).collect();
     assert_eq!(left, vec![main]);
 }
+
+/// The manifest's directory (0700) and files are in place before the program
+/// starts: the program itself (`sh -c`) reads them back; a bad line is exit 2
+/// naming the manifest's line, and nothing is started.
+#[test]
+fn the_manifests_files_are_placed_before_the_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let files = tmp.path().join("files");
+    std::fs::create_dir(&files).expect("mkdir");
+    let data = tmp.path().join("run/member-0/data");
+    let conf = tmp.path().join("run/member-0.conf");
+    let myid = data.join("myid");
+    std::fs::write(files.join("f0"), "a = 1\n").expect("write");
+    std::fs::write(files.join("f1"), "2\n").expect("write");
+    std::fs::write(
+        files.join("manifest"),
+        format!(
+            "dir\t{}\nfile\tf0\t{}\nfile\tf1\t{}\n",
+            data.display(),
+            conf.display(),
+            myid.display()
+        ),
+    )
+    .expect("write");
+    let seen = tmp.path().join("seen");
+    let o = Command::new(BIN)
+        .args(["run", "--", "/bin/sh", "-c"])
+        .arg(format!(
+            "cat {} {} > {}",
+            conf.display(),
+            myid.display(),
+            seen.display()
+        ))
+        .env("FENCECHECK_AGENT_SOCKET", tmp.path().join("agent.sock"))
+        .env("FENCECHECK_AGENT_FILES", &files)
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "a = 1\n2\n");
+    let mode = std::fs::metadata(&data).expect("data dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+
+    std::fs::write(files.join("manifest"), "dir\nfile\tf0\n").expect("write");
+    let o = Command::new(BIN)
+        .args(["run", "--", "/bin/sh", "-c"])
+        .arg(format!("echo started > {}", tmp.path().join("started").display()))
+        .env("FENCECHECK_AGENT_SOCKET", tmp.path().join("agent2.sock"))
+        .env("FENCECHECK_AGENT_FILES", &files)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("manifest:1:") && err.contains("dir<TAB>PATH"), "{err}");
+    assert!(!tmp.path().join("started").exists(), "started despite a bad manifest");
+}
+
+/// `follow` waits for its file, then prints it whole and what is appended to
+/// it afterwards, as it is appended.
+#[test]
+fn follow_prints_a_file_and_what_is_appended() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("storage.jsonl");
+    let mut child = Command::new(BIN)
+        .arg("follow")
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("follow");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .expect("open");
+    for i in 0..3 {
+        writeln!(f, "{{\"n\":{i}}}").expect("write");
+        f.flush().expect("flush");
+        let line = lines.next().expect("a line").expect("read");
+        assert_eq!(line, format!("{{\"n\":{i}}}"));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
