@@ -10,9 +10,10 @@
 //! - `fencecheck-agent ctl CMD`: sends CMD to that socket and prints the one-line
 //!   JSON answer; exit 0 on ok, 1 on a refused command, 2 on bad usage or no agent.
 //!
-//! - `fencecheck-agent follow FILE`: prints FILE from its start and then whatever
-//!   is appended to it, until killed (the exec that runs it is closed); waits for
-//!   FILE to appear. The harness streams a file a pod writes (the storage's
+//! - `fencecheck-agent follow FILE [OFFSET] [--once]`: prints FILE from byte
+//!   OFFSET (0) and then whatever is appended to it, until killed (the exec that
+//!   runs it is closed); waits for FILE to appear. With `--once`, prints what is
+//!   there now from OFFSET and exits (a missing FILE is empty). The harness streams a file a pod writes (the storage's
 //!   journal on a node that is not the harness's machine) into the run
 //!   directory this way, as it is written.
 //!
@@ -56,7 +57,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: fencecheck-agent run -- PROG [ARGS...]\n       \
          fencecheck-agent ctl stop|cont|kill|start|state\n       \
-         fencecheck-agent follow FILE"
+         fencecheck-agent follow FILE [OFFSET] [--once]"
     );
     std::process::exit(2)
 }
@@ -89,13 +90,17 @@ fn main() {
             }
         }
         Some("ctl") if args.len() == 2 => std::process::exit(ctl(&args[1])),
-        Some("follow") if args.len() == 2 => match follow(&args[1]) {
-            Ok(()) => {}
-            Err(e) => {
+        Some("follow") if (2..=4).contains(&args.len()) => {
+            let once = args[2..].iter().any(|a| a == "--once");
+            let offset = match args[2..].iter().find(|a| *a != "--once") {
+                None => 0,
+                Some(o) => o.parse().unwrap_or_else(|_| usage()),
+            };
+            if let Err(e) = follow(&args[1], offset, once) {
                 eprintln!("fencecheck-agent follow {}: {e}", args[1]);
                 std::process::exit(1)
             }
-        },
+        }
         _ => usage(),
     }
 }
@@ -118,31 +123,42 @@ fn place_files(dir: &std::path::Path) -> Result<(), String> {
                 .map_err(|e| format!("{}: cannot create {path}: {e}", at()))?,
             ["file", key, path] => {
                 if let Some(parent) = std::path::Path::new(path).parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| format!("{}: cannot create {}: {e}", at(), parent.display()))?;
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        format!("{}: cannot create {}: {e}", at(), parent.display())
+                    })?;
                 }
                 std::fs::copy(dir.join(key), path)
                     .map_err(|e| format!("{}: cannot copy {key} to {path}: {e}", at()))?;
             }
-            _ => return Err(format!("{}: expected dir<TAB>PATH or file<TAB>KEY<TAB>PATH", at())),
+            _ => {
+                return Err(format!(
+                    "{}: expected dir<TAB>PATH or file<TAB>KEY<TAB>PATH",
+                    at()
+                ))
+            }
         }
     }
     Ok(())
 }
 
-/// `follow FILE`: its bytes to stdout as they are written, until killed.
-fn follow(path: &str) -> std::io::Result<()> {
+/// `follow FILE OFFSET`: its bytes from OFFSET to stdout as they are written,
+/// until killed; `once`: what is there now, then the end.
+fn follow(path: &str, offset: u64, once: bool) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
     let mut file = loop {
         match std::fs::File::open(path) {
             Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && once => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::thread::sleep(FOLLOW_POLL),
             Err(e) => return Err(e),
         }
     };
+    file.seek(SeekFrom::Start(offset))?;
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match file.read(&mut buf)? {
+            0 if once => return Ok(()),
             0 => std::thread::sleep(FOLLOW_POLL),
             n => {
                 out.write_all(&buf[..n])?;

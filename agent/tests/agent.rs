@@ -264,21 +264,33 @@ fn the_manifests_files_are_placed_before_the_start() {
         .expect("run");
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "a = 1\n2\n");
-    let mode = std::fs::metadata(&data).expect("data dir").permissions().mode();
+    let mode = std::fs::metadata(&data)
+        .expect("data dir")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 
     std::fs::write(files.join("manifest"), "dir\nfile\tf0\n").expect("write");
     let o = Command::new(BIN)
         .args(["run", "--", "/bin/sh", "-c"])
-        .arg(format!("echo started > {}", tmp.path().join("started").display()))
+        .arg(format!(
+            "echo started > {}",
+            tmp.path().join("started").display()
+        ))
         .env("FENCECHECK_AGENT_SOCKET", tmp.path().join("agent2.sock"))
         .env("FENCECHECK_AGENT_FILES", &files)
         .output()
         .expect("run");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("manifest:1:") && err.contains("dir<TAB>PATH"), "{err}");
-    assert!(!tmp.path().join("started").exists(), "started despite a bad manifest");
+    assert!(
+        err.contains("manifest:1:") && err.contains("dir<TAB>PATH"),
+        "{err}"
+    );
+    assert!(
+        !tmp.path().join("started").exists(),
+        "started despite a bad manifest"
+    );
 }
 
 /// `follow` waits for its file, then prints it whole and what is appended to
@@ -308,4 +320,25 @@ fn follow_prints_a_file_and_what_is_appended() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    // From an offset, once: the rest as it is now, and the end.
+    let o = Command::new(BIN)
+        .arg("follow")
+        .arg(&file)
+        .args(["8", "--once"])
+        .output()
+        .expect("follow --once");
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "{\"n\":1}\n{\"n\":2}\n");
+    let o = Command::new(BIN)
+        .arg("follow")
+        .arg(tmp.path().join("none"))
+        .arg("--once")
+        .output()
+        .expect("follow --once");
+    assert_eq!(
+        (o.status.code(), o.stdout.len()),
+        (Some(0), 0),
+        "{}",
+        out(&o)
+    );
 }

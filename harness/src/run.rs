@@ -479,6 +479,14 @@ async fn start_pod_workers(
     let Backend::Kubernetes(k) = &mut *b else {
         return Ok(None);
     };
+    if let Some(r) = k.remote() {
+        run.say(&format!(
+            "the workers run as processes of this machine: the node {}, and worker pods \
+             there (their events streamed back, the binary in their image) are not built",
+            r.why
+        ));
+        return Ok(None);
+    }
     let Some(adapter) = crate::backend::kubernetes::workers::in_pods(run.s) else {
         run.say(
             "the workers run as processes of this machine: [client] has no pod_files \

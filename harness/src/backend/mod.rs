@@ -103,11 +103,44 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
                     _ => e,
                 },
             )?;
+            if let Some(r) = &c.remote {
+                // A member's clock steps through its clockshim offset file,
+                // written by the harness in the run directory: a node that is not
+                // this machine has its own copy (not built: docs/backends.md).
+                let clock = scenario.faults.iter().enumerate().find(|(_, f)| {
+                    f.kind == crate::scenario::FaultKind::ClockJump && !f.target.is_worker()
+                });
+                if let Some((i, f)) = clock {
+                    return Err(scenario
+                        .source
+                        .error_at_fault(
+                            i,
+                            "kind",
+                            format!(
+                                "fault #{}: clock-jump of {} on node {}, which {}: a member's \
+                                 clock steps through a file the harness writes on its own \
+                                 machine; on another node that is not built",
+                                i + 1,
+                                f.target,
+                                c.node,
+                                r.why
+                            ),
+                        )
+                        .into());
+                }
+            }
             Chosen {
                 kind: BackendKind::Kubernetes,
                 reason: format!(
-                    "requested; API server {} ({}), kubeconfig from {}, node {}",
-                    c.server, c.version, c.source, c.node
+                    "requested; API server {} ({}), kubeconfig from {}, node {}{}",
+                    c.server,
+                    c.version,
+                    c.source,
+                    c.node,
+                    match &c.remote {
+                        Some(r) => format!(" (not this machine: members at {})", r.node_ip),
+                        None => String::new(),
+                    }
                 ),
                 engine: None,
                 cluster: Some(Box::new(c)),

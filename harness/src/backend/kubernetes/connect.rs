@@ -32,6 +32,29 @@ pub struct Cluster {
     pub version: String,
     /// The node every pod of the run is placed on (`nodeName`).
     pub node: String,
+    /// That node when it is not this machine (in its network): where its pods
+    /// listen and reach the harness.
+    pub remote: Option<Remote>,
+    /// Where the reaper's pod goes when `node` is not this machine: a node of
+    /// the cluster that is (the reaper reaches the API server at the
+    /// kubeconfig's address, on that host's network), else `None`: in the
+    /// cluster's own network, at `kubernetes.default.svc`.
+    pub reaper_node: Option<String>,
+}
+
+/// A node that is not the harness's machine (another machine, or this one in
+/// a network of its own): its pods use its host's network, so its members
+/// listen on its address and the harness reaches them there; the harness's
+/// proxies listen on this machine's address on the route to it, where the
+/// node's pods reach them.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// The node's InternalIP (else ExternalIP).
+    pub node_ip: std::net::IpAddr,
+    /// This machine's address on its route to `node_ip`.
+    pub harness_ip: std::net::IpAddr,
+    /// Why it is not this machine.
+    pub why: String,
 }
 
 /// Which kubeconfig, and why.
@@ -76,17 +99,44 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
              SIGKILL) needs one to act for the run",
         )?;
     let ca_pem = ca_pem(&c.config);
-    Ok(super::reaper::ReaperAccess {
-        server: c.server.trim_end_matches('/').to_string(),
-        token,
-        ca_pem,
-        node: Some(c.node.clone()),
-        host_network: true,
-        docker_socket: Some("/var/run/docker.sock".to_string())
-            .filter(|s| std::path::Path::new(s).exists()),
-        pull: None,
+    // On this machine's node (the run's, or another's when the run's node is
+    // not this machine), on its host network: the kubeconfig's address is
+    // this machine's view of the API server, and so is that host's.
+    let here = match &c.remote {
+        None => Some(c.node.clone()),
+        Some(_) => c.reaper_node.clone(),
+    };
+    Ok(match here {
+        Some(node) => super::reaper::ReaperAccess {
+            server: c.server.trim_end_matches('/').to_string(),
+            token,
+            ca_pem,
+            node: Some(node),
+            host_network: true,
+            docker_socket: Some("/var/run/docker.sock".to_string())
+                .filter(|s| std::path::Path::new(s).exists()),
+            pull: None,
+        },
+        // No node of the cluster is this machine: the reaper goes wherever the
+        // scheduler puts it and reaches the API server by the cluster's own
+        // service name, whose certificate the cluster's CA signs (kubeadm's,
+        // k3s's and the clouds' API servers name `kubernetes.default.svc`).
+        // Not tested here: the local cluster has no scheduler and no
+        // kube-proxy (docs/backends.md).
+        None => super::reaper::ReaperAccess {
+            server: IN_CLUSTER.to_string(),
+            token,
+            ca_pem,
+            node: None,
+            host_network: false,
+            docker_socket: None,
+            pull: None,
+        },
     })
 }
+
+/// The API server's address inside a cluster.
+const IN_CLUSTER: &str = "https://kubernetes.default.svc";
 
 /// The kubeconfig's CA certificates for its server, as PEM ("" when it names
 /// none).
@@ -147,6 +197,9 @@ pub const NEEDED: &[(&str, &str, &str, &str, bool)] = &[
     ),
     ("deletecollection", "", "serviceaccounts", "", true),
     ("deletecollection", "", "secrets", "", true),
+    // The members' files on a node that is not this machine (`pods.rs`).
+    ("create", "", "configmaps", "", true),
+    ("deletecollection", "", "configmaps", "", true),
 ];
 
 /// Something wrong with the node the run's pods would go to, said at
@@ -218,7 +271,7 @@ pub async fn connect(
             );
         }
     }
-    let node = this_node(&client, node, registry).await?;
+    let (node, remote, reaper_node) = this_node(&client, node, registry).await?;
     Ok(Cluster {
         client,
         streams,
@@ -228,6 +281,8 @@ pub async fn connect(
         server,
         version,
         node,
+        remote,
+        reaper_node,
     })
 }
 
@@ -262,14 +317,19 @@ async fn allowed(
     Ok(r.status.map(|s| s.allowed).unwrap_or(false))
 }
 
-/// The node the run's pods go to. They use the host's network and the harness
-/// reaches them on loopback addresses, as its own processes, and their images are
-/// built on this machine's Docker engine: so it is the node the harness runs on —
-/// `wanted` (`[cluster] node`), else the local cluster's (`fencecheck cluster
-/// up`), a node named as this machine, or the only node — and it must be Ready,
-/// this machine in its network, and run its pods on Docker unless `registry`
-/// (`not_here`).
-async fn this_node(client: &kube::Client, wanted: Option<&str>, registry: bool) -> Result<String> {
+/// The node the run's pods go to: `wanted` (`[cluster] node`), else the local
+/// cluster's (`fencecheck cluster up`), a node named as this machine, or the
+/// only node. It must be Ready and find the images (`judge`). A node that is
+/// not this machine (in its network) is `Remote`: the run's pods use its
+/// host's network there, the harness reaches the members at its address (a TCP
+/// connection to its kubelet is tried first) and its proxies listen on this
+/// machine's address on the route to it. Returns the node, how it is remote,
+/// and for the reaper, a node that is this machine (`Cluster::reaper_node`).
+async fn this_node(
+    client: &kube::Client,
+    wanted: Option<&str>,
+    registry: bool,
+) -> Result<(String, Option<Remote>, Option<String>)> {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
         .list(&ListParams::default())
@@ -306,54 +366,138 @@ async fn this_node(client: &kube::Client, wanted: Option<&str>, registry: bool) 
         }
         (None, None) => bail!(
             "backend \"kubernetes\": no node of the cluster is this machine (nodes: {listed}; \
-             this machine: {host}): the backend's pods use the host's network of the \
-             harness's own node; running them on other nodes is not built yet"
+             this machine: {host}): name the node the run's pods go to with [cluster] node"
         ),
     };
-    let n = list
-        .items
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
-    let status = n.and_then(|n| n.status.as_ref());
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status == "True")
-        .unwrap_or(false);
-    if !ready {
-        return Err(NodeError(format!("backend \"kubernetes\": node {node} is not Ready")).into());
-    }
-    let info = status.and_then(|s| s.node_info.as_ref());
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|b| b.trim().to_string())
         .unwrap_or_default();
-    let node_boot = info.map(|i| i.boot_id.as_str()).unwrap_or_default();
-    let runtime = info
-        .map(|i| i.container_runtime_version.as_str())
-        .unwrap_or_default();
-    let addresses: Vec<String> = status
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| {
-            a.iter()
-                .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-                .map(|a| a.address.clone())
-                .collect()
-        })
-        .unwrap_or_default();
+    let facts = |n: &Node| -> (bool, Vec<String>, String, String, Option<i32>) {
+        let status = n.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status == "True")
+            .unwrap_or(false);
+        let info = status.and_then(|s| s.node_info.as_ref());
+        let mut addresses: Vec<(u8, String)> = status
+            .and_then(|s| s.addresses.as_ref())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|a| match a.type_.as_str() {
+                        "InternalIP" => Some((0, a.address.clone())),
+                        "ExternalIP" => Some((1, a.address.clone())),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        addresses.sort();
+        let port = status
+            .and_then(|s| s.daemon_endpoints.as_ref())
+            .and_then(|d| d.kubelet_endpoint.as_ref())
+            .map(|k| k.port);
+        (
+            ready,
+            addresses.into_iter().map(|(_, a)| a).collect(),
+            info.map(|i| i.boot_id.clone()).unwrap_or_default(),
+            info.map(|i| i.container_runtime_version.clone())
+                .unwrap_or_default(),
+            port,
+        )
+    };
+    let Some(n) = list
+        .items
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+    else {
+        bail!("backend \"kubernetes\": node {node} vanished from the list");
+    };
+    let (ready, addresses, node_boot, runtime, kubelet_port) = facts(n);
+    if !ready {
+        return Err(NodeError(format!("backend \"kubernetes\": node {node} is not Ready")).into());
+    }
     let here = Here {
         boot: &boot,
-        node_boot,
-        runtime,
+        node_boot: &node_boot,
+        runtime: &runtime,
         pulls: registry,
         addresses: &addresses,
     };
-    if let Some(why) = not_here(&here, is_local_address) {
-        return Err(NodeError(format!("backend \"kubernetes\": node {node} {why}")).into());
-    }
-    Ok(node)
+    let why = match judge(&here, is_local_address) {
+        Verdict::Here => return Ok((node, None, None)),
+        Verdict::Refused(why) => {
+            return Err(NodeError(format!("backend \"kubernetes\": node {node} {why}")).into())
+        }
+        Verdict::Elsewhere(why) => why,
+    };
+    let remote = reach(&node, &why, &addresses, kubelet_port.unwrap_or(10250)).await?;
+    // The reaper's node: one that is this machine, in its network, Ready.
+    let reaper_node = list.items.iter().find_map(|n| {
+        let (ready, addresses, node_boot, runtime, _) = facts(n);
+        let h = Here {
+            boot: &boot,
+            node_boot: &node_boot,
+            runtime: &runtime,
+            pulls: registry,
+            addresses: &addresses,
+        };
+        (ready && matches!(judge(&h, is_local_address), Verdict::Here))
+            .then(|| n.metadata.name.clone())
+            .flatten()
+    });
+    Ok((node, Some(remote), reaper_node))
 }
 
-/// What `not_here` judges a node by.
+/// How long the harness tries to reach a node that is not this machine.
+const REACH: Duration = Duration::from_secs(3);
+
+/// A node that is not this machine, reached from here: a TCP connection to its
+/// kubelet at its first address (what the harness's connections to its members
+/// will cross), and this machine's address on the route there.
+async fn reach(node: &str, why: &str, addresses: &[String], port: i32) -> Result<Remote> {
+    let refuse = |what: String| -> anyhow::Error {
+        NodeError(format!(
+            "backend \"kubernetes\": node {node} {why}, and {what}: the harness reaches \
+             the members of a node that is not this machine at the node's address"
+        ))
+        .into()
+    };
+    let Some(ip) = addresses
+        .iter()
+        .find_map(|a| a.parse::<std::net::IpAddr>().ok())
+    else {
+        return Err(refuse(
+            "it reports no InternalIP or ExternalIP address".into(),
+        ));
+    };
+    let port = u16::try_from(port).unwrap_or(10250);
+    let at = std::net::SocketAddr::new(ip, port);
+    match tokio::time::timeout(REACH, tokio::net::TcpStream::connect(at)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err(refuse(format!(
+                "this machine cannot reach its kubelet at {at}: {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(refuse(format!(
+                "this machine cannot reach its kubelet at {at} (no answer within {REACH:?})"
+            )))
+        }
+    }
+    let harness_ip = std::net::UdpSocket::bind(("0.0.0.0", 0))
+        .and_then(|s| s.connect(at).and_then(|_| s.local_addr()))
+        .with_context(|| format!("this machine's address on its route to {at}"))?
+        .ip();
+    Ok(Remote {
+        node_ip: ip,
+        harness_ip,
+        why: why.to_string(),
+    })
+}
+
+/// What `judge` judges a node by.
 struct Here<'a> {
     /// This machine's boot id, and the node's as kubelet reports it.
     boot: &'a str,
@@ -366,39 +510,51 @@ struct Here<'a> {
     addresses: &'a [String],
 }
 
-/// Why the run's pods could not run on this node, if they could not. They use the
-/// host's network and mount the run directory and the fencecheck binary from the
-/// node, so the node must be this machine (its boot id: the same kernel), in this
-/// machine's network (one of its addresses is one of ours: a node in a container
-/// on this machine, like kind's, has the same boot id but a network of its own),
-/// and must find the images: on this machine's Docker engine, where they are
-/// built (kubelet's dockershim sees them), or in `[cluster] registry`.
-fn not_here(h: &Here, local: impl Fn(&str) -> bool) -> Option<String> {
-    if h.node_boot.is_empty() || h.node_boot != h.boot {
-        return Some(format!(
-            "is not this machine (its boot id {:?}, this machine's {:?}): the run's pods \
-             use the host's network and mount the run directory from the node, so they \
-             could not reach the harness on loopback addresses; running them on other \
-             machines' nodes is not built",
+/// Where a node is, for the run's pods.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// This machine, in its network, and it finds the images.
+    Here,
+    /// Not this machine (in its network), and it finds the images: why not.
+    Elsewhere(String),
+    /// The run's pods could not run there: why.
+    Refused(String),
+}
+
+/// Is the node this machine (its boot id: the same kernel) in this machine's
+/// network (one of its addresses is one of ours: a node in a container on this
+/// machine, like kind's, has the same boot id but a network of its own)? And
+/// does it find the images: on this machine's Docker engine, where they are
+/// built (kubelet's dockershim on that engine sees them), or in `[cluster]
+/// registry`, which a node that is not this machine needs.
+fn judge(h: &Here, local: impl Fn(&str) -> bool) -> Verdict {
+    let elsewhere = if h.node_boot.is_empty() || h.node_boot != h.boot {
+        Some(format!(
+            "is not this machine (its boot id {:?}, this machine's {:?})",
             h.node_boot, h.boot
-        ));
-    }
-    if !h.addresses.is_empty() && !h.addresses.iter().any(|a| local(a)) {
-        return Some(format!(
+        ))
+    } else if !h.addresses.is_empty() && !h.addresses.iter().any(|a| local(a)) {
+        Some(format!(
             "is on this machine but not in its network (its addresses {} are not this \
-             machine's: a node in a container, like kind's): the run's pods on the host's \
-             network could not reach the harness on loopback addresses",
+             machine's: a node in a container, like kind's)",
             h.addresses.join(", ")
-        ));
-    }
-    if !h.pulls && !h.runtime.starts_with("docker://") {
-        return Some(format!(
+        ))
+    } else {
+        None
+    };
+    match elsewhere {
+        Some(why) if !h.pulls => Verdict::Refused(format!(
+            "{why}: it cannot see the run's images, which are built on this machine's \
+             Docker engine: set [cluster] registry to push them where the node pulls them"
+        )),
+        Some(why) => Verdict::Elsewhere(why),
+        None if !h.pulls && !h.runtime.starts_with("docker://") => Verdict::Refused(format!(
             "runs its pods on {:?}, not on this machine's Docker engine, where the run's \
              images are built: set [cluster] registry to push them where the node pulls them",
             h.runtime
-        ));
+        )),
+        None => Verdict::Here,
     }
-    None
 }
 
 /// Is `addr` an address of this network namespace (one a socket can bind)?
@@ -410,7 +566,7 @@ fn is_local_address(addr: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{not_here, Here};
+    use super::{judge, Here, Verdict};
 
     fn here<'a>(
         node_boot: &'a str,
@@ -427,38 +583,65 @@ mod tests {
         }
     }
 
+    fn refused(v: Verdict) -> String {
+        match v {
+            Verdict::Refused(why) => why,
+            v => panic!("not refused: {v:?}"),
+        }
+    }
+
     #[test]
-    fn only_a_node_of_this_machine_in_its_network_that_finds_the_images_is_here() {
+    fn a_node_is_here_elsewhere_or_refused_by_machine_network_and_images() {
         let ours = vec!["10.0.0.5".to_string()];
         let local = |a: &str| a == "10.0.0.5";
         assert_eq!(
-            not_here(&here("b1", "docker://20.10.5", false, &ours), local),
-            None
+            judge(&here("b1", "docker://20.10.5", false, &ours), local),
+            Verdict::Here
         );
-        let other = not_here(&here("b2", "docker://20.10.5", false, &ours), local)
-            .expect("another machine");
+        // Another machine: only with a registry, which its engine pulls from.
+        let other = refused(judge(&here("b2", "docker://20.10.5", false, &ours), local));
         assert!(
-            other.contains("is not this machine") && other.contains("b2"),
+            other.contains("is not this machine")
+                && other.contains("b2")
+                && other.contains("set [cluster] registry"),
             "{other}"
         );
-        assert!(not_here(&here("", "docker://20.10.5", false, &ours), local).is_some());
+        match judge(&here("b2", "containerd://1.6.4", true, &ours), local) {
+            Verdict::Elsewhere(why) => assert!(why.contains("is not this machine"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(
+            judge(&here("", "docker://20.10.5", true, &ours), local),
+            Verdict::Elsewhere(_)
+        ));
         // containerd on this machine: its images are not the engine's, unless a
         // registry brings them.
-        let cd =
-            not_here(&here("b1", "containerd://1.6.4", false, &ours), local).expect("containerd");
+        let cd = refused(judge(
+            &here("b1", "containerd://1.6.4", false, &ours),
+            local,
+        ));
         assert!(
             cd.contains("containerd://1.6.4") && cd.contains("[cluster] registry"),
             "{cd}"
         );
         assert_eq!(
-            not_here(&here("b1", "containerd://1.6.4", true, &ours), local),
-            None
+            judge(&here("b1", "containerd://1.6.4", true, &ours), local),
+            Verdict::Here
         );
-        // kind: this kernel, a network of its own; a registry does not help.
+        // kind: this kernel, a network of its own: elsewhere, with a registry.
         let kind = vec!["172.18.0.2".to_string()];
-        let k = not_here(&here("b1", "containerd://1.6.4", true, &kind), local).expect("kind");
+        match judge(&here("b1", "containerd://1.6.4", true, &kind), local) {
+            Verdict::Elsewhere(why) => {
+                assert!(
+                    why.contains("not in its network") && why.contains("172.18.0.2"),
+                    "{why}"
+                )
+            }
+            v => panic!("{v:?}"),
+        }
+        let k = refused(judge(&here("b1", "docker://20.10.5", false, &kind), local));
         assert!(
-            k.contains("not in its network") && k.contains("172.18.0.2"),
+            k.contains("not in its network") && k.contains("[cluster] registry"),
             "{k}"
         );
     }
@@ -468,5 +651,36 @@ mod tests {
         assert!(super::is_local_address("127.0.0.1"));
         assert!(!super::is_local_address("192.0.2.1"));
         assert!(!super::is_local_address("not an address"));
+    }
+
+    #[tokio::test]
+    async fn a_node_this_machine_cannot_reach_is_refused_with_its_address() {
+        // A port nothing listens on, on this machine: refused at once.
+        let port = crate::proc::free_port("127.0.0.1").expect("port");
+        let e = super::reach(
+            "n1",
+            "is not this machine",
+            &["127.0.0.1".into()],
+            port.into(),
+        )
+        .await
+        .expect_err("nothing listens");
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("node n1 is not this machine") && e.contains(&format!("127.0.0.1:{port}")),
+            "{e}"
+        );
+        let e = super::reach("n1", "x", &[], 10250)
+            .await
+            .expect_err("no address");
+        assert!(format!("{e:#}").contains("no InternalIP"), "{e:#}");
+        // Something listening: reached, and this machine's address on the route.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let r = super::reach("n1", "x", &["127.0.0.1".into()], port.into())
+            .await
+            .expect("reached");
+        assert_eq!(r.node_ip.to_string(), "127.0.0.1");
+        assert_eq!(r.harness_ip.to_string(), "127.0.0.1");
     }
 }

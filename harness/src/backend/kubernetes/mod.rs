@@ -43,8 +43,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use faultproxy::Proxy;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, PostParams};
 
 use super::{Deployment, Service};
 use crate::proc::{free_port, wait_http_healthy};
@@ -109,6 +109,14 @@ pub struct KubernetesBackend {
     worker_image: Option<String>,
     /// The pods' pull Secret in the run's namespace, with a registry login.
     pull_secret: Option<String>,
+    /// The node when it is not this machine: the pods' run directory is their
+    /// own there, and what the harness needs back is followed out of them.
+    remote: Option<connect::Remote>,
+    /// Files followed out of pods into the run directory (the storage's
+    /// journal on a remote node), finished before the pods go.
+    follows: Vec<pods::Follow>,
+    /// Where each member is placed (its files' paths, on a remote node).
+    placed: Vec<crate::systems::members::Placement>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -129,6 +137,10 @@ struct Record<'a> {
     /// `[cluster] registry`, when the node pulls the images from there.
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<&'a str>,
+    /// When the node is not this machine: its address (where the members
+    /// listen), this machine's (where the proxies listen), and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: Option<serde_json::Value>,
     /// The images' names as the pods ask for them.
     images: Vec<&'a str>,
     pods: Vec<&'a str>,
@@ -230,9 +242,11 @@ impl KubernetesBackend {
         let n = scenario.member_count();
         let short = system.member_name();
         let peer_ports = system.ports().peers.len();
-        let (at, proxies) = match on_cluster {
-            Some(_) => (Vec::new(), Vec::new()),
-            None => super::process::placements(n, peer_ports, &run_dir, short).await?,
+        let remote = cluster.remote.clone();
+        let (at, proxies) = match (&on_cluster, &remote) {
+            (Some(_), _) => (Vec::new(), Vec::new()),
+            (None, None) => super::process::placements(n, peer_ports, &run_dir, short).await?,
+            (None, Some(r)) => remote_placements(n, peer_ports, &run_dir, short, r).await?,
         };
         let specs = match &deploy {
             Some(d) => d.members(scenario, &at)?,
@@ -278,6 +292,9 @@ impl KubernetesBackend {
             run_id: run_id.clone(),
             worker_image,
             pull_secret: None,
+            remote: remote.clone(),
+            follows: Vec::new(),
+            placed: at.clone(),
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
@@ -336,6 +353,13 @@ impl KubernetesBackend {
                 elect::ELECTOR
             ));
         }
+        if let Some(r) = &remote {
+            say(&format!(
+                "node {} {}: its pods listen on {}, the harness's proxies on {}; the workers \
+                 stay processes of this machine",
+                cluster.node, r.why, r.node_ip, r.harness_ip
+            ));
+        }
         say(&format!(
             "starting {} pod(s){} in namespace {ns} on node {} ({})",
             match &deploy {
@@ -359,6 +383,13 @@ impl KubernetesBackend {
             namespace: &ns,
             label: format!("{RUN_LABEL}={run_id}"),
             registry,
+            remote: remote.as_ref().map(|r| {
+                serde_json::json!({
+                    "node_address": r.node_ip.to_string(),
+                    "harness_address": r.harness_ip.to_string(),
+                    "why": r.why,
+                })
+            }),
             apiserver: match (&on_cluster, svc) {
                 (Some(_), _) => "the cluster's",
                 (None, crate::scenario::ServiceKind::Kubernetes) => "the run's own",
@@ -427,6 +458,23 @@ impl KubernetesBackend {
             let name = format!("{short}-{i}");
             let mut program = vec![spec.program.display().to_string()];
             program.extend(spec.args.iter().cloned());
+            // On a node without the run directory: the member's files in a
+            // ConfigMap, put in place by the agent before the start.
+            let files = match (&self.remote, self.placed.get(i)) {
+                (Some(_), Some(p)) => {
+                    let (dirs, files) = member_files(spec, p);
+                    let cm = format!("{name}-files");
+                    let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+                    cms.create(
+                        &PostParams::default(),
+                        &pods::files_config_map(&cm, run_id, &dirs, &files),
+                    )
+                    .await
+                    .with_context(|| format!("create configmap {cm}"))?;
+                    Some(cm)
+                }
+                _ => None,
+            };
             let pod = pods::pod(&pods::PodSpecIn {
                 name: name.clone(),
                 run_id,
@@ -436,6 +484,8 @@ impl KubernetesBackend {
                 program,
                 env: spec.env.clone(),
                 run_dir,
+                remote: self.remote.is_some(),
+                files,
                 user: None,
                 host_files: Vec::new(),
                 pull_secret: self.pull_secret.as_deref(),
@@ -456,8 +506,11 @@ impl KubernetesBackend {
         let storage_addr = match storage_image {
             None => self.storage_addr.context("no storage")?,
             Some(image) => {
-                let port = free_port(STORAGE_HOST)?;
-                let addr: SocketAddr = format!("{STORAGE_HOST}:{port}").parse()?;
+                let addr = match &self.remote {
+                    None => SocketAddr::new(STORAGE_HOST.parse()?, free_port(STORAGE_HOST)?),
+                    Some(r) => SocketAddr::new(r.node_ip, node_ports(1)[0]),
+                };
+                let port = addr.port();
                 let (program, user, log, what, name) = match &self.own {
                     None => {
                         let mut program = vec!["/fencecheck-storage".to_string()];
@@ -471,7 +524,7 @@ impl KubernetesBackend {
                         let s = own.spec();
                         let mut program: Vec<String> =
                             s.program.iter().map(|a| a.to_string()).collect();
-                        program.extend(own_args(&s.args, port));
+                        program.extend(own_args(&s.args, addr.ip(), port));
                         // The image's user (PostgreSQL refuses root).
                         (
                             program,
@@ -491,6 +544,8 @@ impl KubernetesBackend {
                     program,
                     env: Vec::new(),
                     run_dir,
+                    remote: self.remote.is_some(),
+                    files: None,
                     user,
                     host_files: Vec::new(),
                     pull_secret: self.pull_secret.as_deref(),
@@ -535,6 +590,18 @@ impl KubernetesBackend {
                 self.ns.clone(),
                 name,
                 log,
+            ));
+        }
+        // fencecheck's storage writes its journal into its own run directory on
+        // a node that is not this machine: followed into this one as written.
+        if let (Some(_), Some(st), None) = (&self.remote, &self.storage, &self.own) {
+            let journal = run_dir.join(crate::record::rundir::STORAGE_LOG);
+            self.follows.push(pods::follow_file(
+                cluster.streams.clone(),
+                self.ns.clone(),
+                st.pod.clone(),
+                journal.display().to_string(),
+                journal,
             ));
         }
         let mut serving = Vec::new();
@@ -680,6 +747,12 @@ impl KubernetesBackend {
         }))
     }
 
+    /// The node, when it is not this machine (the workers stay processes of
+    /// this machine then: `run.rs`).
+    pub fn remote(&self) -> Option<&connect::Remote> {
+        self.remote.as_ref()
+    }
+
     /// SIGKILL of member `i`'s program; its pod, data and address stay.
     /// Member `i`'s clockshim offset file, when its spec runs it under clockshim
     /// (the pod's image has clockshim at its path on this machine).
@@ -751,6 +824,10 @@ impl KubernetesBackend {
         for who in std::mem::take(&mut self.paused) {
             let _ = self.agent(who, "cont").await;
         }
+        // Every byte of the followed files before their pods go.
+        for f in std::mem::take(&mut self.follows) {
+            f.finish(FOLLOW_FINISH).await;
+        }
         if self.armed {
             match namespace::delete(&self.client, &self.ns).await {
                 Ok(_) => self.armed = false,
@@ -801,17 +878,103 @@ impl KubernetesBackend {
 const OWN_UID: i64 = 999;
 
 /// A resource's own server's arguments on the host's network: listening on
-/// loopback only, on `port`.
-fn own_args(args: &[String], port: u16) -> Vec<String> {
+/// `host` only (loopback, or a remote node's address), on `port`.
+fn own_args(args: &[String], host: std::net::IpAddr, port: u16) -> Vec<String> {
     let mut out: Vec<String> = args
         .iter()
         .map(|a| match a.strip_prefix("listen_addresses=") {
-            Some(_) => format!("listen_addresses={STORAGE_HOST}"),
+            Some(_) => format!("listen_addresses={host}"),
             None => a.clone(),
         })
         .collect();
     out.extend(["-c".to_string(), format!("port={port}")]);
     out
+}
+
+/// How long `stop` waits for the last bytes of a followed file.
+const FOLLOW_FINISH: Duration = Duration::from_secs(10);
+
+/// `n` distinct ports for a node that is not this machine, whose free ports
+/// the harness cannot ask: drawn from 20000–31999, below Linux's ephemeral
+/// range (32768–60999), so that no outgoing connection of the node holds one;
+/// a port taken all the same fails its pod's start with the program's own
+/// error in its log.
+fn node_ports(n: usize) -> Vec<u16> {
+    use rand::seq::SliceRandom;
+    let all: Vec<u16> = (20000..32000).collect();
+    all.choose_multiple(&mut rand::thread_rng(), n)
+        .copied()
+        .collect()
+}
+
+/// Where each member goes on a node that is not this machine: the node's
+/// address (client and peer ports on it, from `node_ports`), a proxy of the
+/// harness's in front of each peer port, listening on this machine's address
+/// on the route to the node (what the member advertises: member-to-member
+/// traffic crosses the harness, so delay and partition work as on the process
+/// backend), data and config files at their run-directory paths (the pod's
+/// own directory there).
+async fn remote_placements(
+    n: usize,
+    peer_ports: usize,
+    run_dir: &Path,
+    short: &str,
+    r: &connect::Remote,
+) -> Result<(Vec<crate::systems::members::Placement>, Vec<Vec<Proxy>>)> {
+    use crate::systems::members::{PeerPlace, Placement};
+    let mut ports = node_ports(n * (1 + peer_ports)).into_iter();
+    let mut at = Vec::new();
+    let mut proxies = Vec::new();
+    for i in 0..n {
+        let client = SocketAddr::new(r.node_ip, ports.next().context("ports")?);
+        let mut peers = Vec::new();
+        let mut mine = Vec::new();
+        for _ in 0..peer_ports {
+            let listen = SocketAddr::new(r.node_ip, ports.next().context("ports")?);
+            let p = Proxy::start(SocketAddr::new(r.harness_ip, 0), listen)
+                .await
+                .context("peer proxy")?;
+            peers.push(PeerPlace {
+                bind: listen,
+                advertise: p.local_addr().into(),
+            });
+            mine.push(p);
+        }
+        at.push(Placement {
+            index: i,
+            client_bind: client,
+            client,
+            peers,
+            data_dir: crate::record::rundir::member_data(run_dir, short, i)
+                .display()
+                .to_string(),
+            config_dir: run_dir.display().to_string(),
+            cluster_token: "fencecheck".into(),
+        });
+        proxies.push(mine);
+    }
+    Ok((at, proxies))
+}
+
+/// A member's data directory and its files, as `process::write_files` places
+/// them, for a pod's ConfigMap (`pods::files_config_map`).
+fn member_files(
+    spec: &MemberSpec,
+    p: &crate::systems::members::Placement,
+) -> (Vec<String>, Vec<(String, String)>) {
+    use crate::systems::members::FilePlace;
+    let files = spec
+        .files
+        .iter()
+        .map(|f| {
+            let path = match f.place {
+                FilePlace::Data => format!("{}/{}", p.data_dir, f.name),
+                FilePlace::Config => p.config_file(&f.name),
+            };
+            (path, f.contents.clone())
+        })
+        .collect();
+    (vec![p.data_dir.clone()], files)
 }
 
 /// What dockershim's names of the run's reaper's containers have.

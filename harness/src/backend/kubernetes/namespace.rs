@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, NamespaceSpec, Pod, Secret, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -253,6 +255,8 @@ async fn empty(client: &kube::Client, ns: &str) -> Vec<String> {
         all::<Lease>(client, ns, "lease").await,
         all::<ServiceAccount>(client, ns, "serviceaccount").await,
         all::<Secret>(client, ns, "secret").await,
+        // The members' files on a node that is not this machine (`pods.rs`).
+        all::<ConfigMap>(client, ns, "configmap").await,
         all::<Role>(client, ns, "role").await,
         all::<RoleBinding>(client, ns, "rolebinding").await,
     ]

@@ -7,6 +7,13 @@
 //! kills and restarts the program on the harness's command (exec through the API
 //! server) and reads the effect back from `/proc`; the pod's output is streamed
 //! into the run directory as it comes.
+//!
+//! On a node that is not the harness's machine (`connect::Remote`) the run
+//! directory is not there: each pod gets an empty directory at the run
+//! directory's path instead, the member's files come in a ConfigMap that the
+//! agent puts in place before the program starts (`files_config_map`), and
+//! what the harness needs back from it (the storage's journal) is followed
+//! into the run directory through exec (`follow_file`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,8 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures_util::AsyncReadExt;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSecurityContext,
-    PodSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, HostPathVolumeSource,
+    LocalObjectReference, Pod, PodSecurityContext, PodSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, LogParams, PostParams};
@@ -33,6 +40,9 @@ pub const AGENT: &str = "/fencecheck-agent";
 const AGENT_SOCKET: &str = "/tmp/fencecheck-agent.sock";
 const TMP_VOLUME: &str = "tmp";
 const RUN_VOLUME: &str = "run";
+const FILES_VOLUME: &str = "files";
+/// Where a pod's ConfigMap of files is mounted (the agent's `$FENCECHECK_AGENT_FILES`).
+const FILES_DIR: &str = "/fencecheck-files";
 /// How long a pod may take to have its container running.
 const RUNNING_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -46,8 +56,13 @@ pub struct PodSpecIn<'a> {
     /// The program and its arguments, run under the agent.
     pub program: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// Mounted at its own path.
+    /// Mounted at its own path: the node's directory, or on a node that is not
+    /// this machine (`remote`) an empty one of the pod's.
     pub run_dir: &'a Path,
+    pub remote: bool,
+    /// The ConfigMap of files the agent puts in place before the start
+    /// (`files_config_map`).
+    pub files: Option<String>,
     /// The uid and gid it runs as; `None`: the harness's own (PostgreSQL refuses
     /// root, and its image's files are its user's).
     pub user: Option<(i64, i64)>,
@@ -87,6 +102,13 @@ pub fn pod(p: &PodSpecIn) -> Pod {
         value: Some(AGENT_SOCKET.into()),
         ..Default::default()
     });
+    if p.files.is_some() {
+        env.push(EnvVar {
+            name: "FENCECHECK_AGENT_FILES".into(),
+            value: Some(FILES_DIR.into()),
+            ..Default::default()
+        });
+    }
     let run_dir = p.run_dir.display().to_string();
     let mut mounts = vec![
         VolumeMount {
@@ -101,13 +123,20 @@ pub fn pod(p: &PodSpecIn) -> Pod {
         },
     ];
     let mut volumes = vec![
-        Volume {
-            name: RUN_VOLUME.into(),
-            host_path: Some(HostPathVolumeSource {
-                path: run_dir,
-                type_: Some("Directory".into()),
-            }),
-            ..Default::default()
+        match p.remote {
+            false => Volume {
+                name: RUN_VOLUME.into(),
+                host_path: Some(HostPathVolumeSource {
+                    path: run_dir,
+                    type_: Some("Directory".into()),
+                }),
+                ..Default::default()
+            },
+            true => Volume {
+                name: RUN_VOLUME.into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            },
         },
         Volume {
             name: TMP_VOLUME.into(),
@@ -115,6 +144,22 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             ..Default::default()
         },
     ];
+    if let Some(cm) = &p.files {
+        mounts.push(VolumeMount {
+            name: FILES_VOLUME.into(),
+            mount_path: FILES_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: FILES_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: cm.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     for (i, f) in p.host_files.iter().enumerate() {
         let name = format!("host-file-{i}");
         mounts.push(VolumeMount {
@@ -176,6 +221,40 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             volumes: Some(volumes),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// A pod's files as a ConfigMap named `name`, for the agent to put in place
+/// before the program starts: `dirs` created (mode 0700), each `(path,
+/// contents)` of `files` written. Its `manifest` says which is where.
+pub fn files_config_map(
+    name: &str,
+    run_id: &str,
+    dirs: &[String],
+    files: &[(String, String)],
+) -> ConfigMap {
+    let mut manifest = String::new();
+    let mut data = BTreeMap::new();
+    for d in dirs {
+        manifest.push_str(&format!("dir\t{d}\n"));
+    }
+    for (i, (path, contents)) in files.iter().enumerate() {
+        let key = format!("f{i}");
+        manifest.push_str(&format!("file\t{key}\t{path}\n"));
+        data.insert(key, contents.clone());
+    }
+    data.insert("manifest".into(), manifest);
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(
+                RUN_LABEL.to_string(),
+                run_id.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(data),
         ..Default::default()
     }
 }
@@ -325,4 +404,93 @@ pub fn stream_log(
             }
         }
     })
+}
+
+/// Follows `path` in the pod's container (the agent's `follow`, exec through
+/// the API server) into `local`, appended and flushed as it comes. A stream
+/// that breaks is opened again from the bytes already there. `finish` ends it
+/// with every byte the file has by then.
+pub fn follow_file(
+    client: kube::Client,
+    ns: String,
+    pod: String,
+    path: String,
+    local: PathBuf,
+) -> Follow {
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let task = tokio::spawn(async move {
+        let mut file = match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&local)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("cannot open {}: {e}", local.display());
+                return;
+            }
+        };
+        let mut done: u64 = 0;
+        let mut last = false;
+        loop {
+            let at = done.to_string();
+            let mut cmd = vec![AGENT, "follow", path.as_str(), at.as_str()];
+            if last {
+                cmd.push("--once");
+            }
+            let ap = kube::api::AttachParams::default()
+                .container(CONTAINER)
+                .stdin(false)
+                .stdout(true)
+                .stderr(false);
+            let copied = async {
+                let mut p = pods.exec(&pod, cmd.iter().copied(), &ap).await?;
+                let mut out = p.stdout().context("exec: no stdout stream")?;
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = tokio::io::AsyncReadExt::read(&mut out, &mut buf).await?;
+                    if n == 0 {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    file.write_all(&buf[..n])?;
+                    file.flush()?;
+                    done += n as u64;
+                }
+            };
+            if last {
+                if let Err(e) = copied.await {
+                    tracing::warn!("the last of {path} in pod {pod}: {e:#}");
+                }
+                return;
+            }
+            tokio::select! {
+                r = copied => {
+                    if let Err(e) = r {
+                        tracing::debug!("following {path} in pod {pod}: {e:#}; again from byte {done}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                _ = &mut rx => last = true,
+            }
+        }
+    });
+    Follow { task, finish: tx }
+}
+
+/// A file followed out of a pod (`follow_file`).
+pub struct Follow {
+    task: tokio::task::JoinHandle<()>,
+    finish: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Follow {
+    /// The file's bytes up to now, then the end (at most `within`).
+    pub async fn finish(self, within: Duration) {
+        let _ = self.finish.send(());
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(within, self.task).await.is_err() {
+            abort.abort();
+        }
+    }
 }

@@ -97,6 +97,9 @@ impl KubernetesBackend {
                 program: l.program.clone(),
                 env: l.env.clone(),
                 run_dir: &self.run_dir,
+                // Worker pods go only to a node that is this machine (`run.rs`).
+                remote: false,
+                files: None,
                 user: None,
                 host_files: vec![exe.clone()],
                 pull_secret: self.pull_secret.as_deref(),
