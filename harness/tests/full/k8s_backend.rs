@@ -210,6 +210,12 @@ struct Registry {
 
 impl Registry {
     fn start(work: &Path) -> Registry {
+        Registry::start_on(work, "127.0.0.1")
+    }
+
+    /// Listening on `host` (`0.0.0.0`: this machine's every address, so that a
+    /// second node reaches it too), named `127.0.0.1:<port>` all the same.
+    fn start_on(work: &Path, host: &str) -> Registry {
         use base64::Engine;
         let bin = Path::new("/usr/bin/docker-registry");
         assert!(
@@ -217,7 +223,7 @@ impl Registry {
             "{} missing: run ci/bootstrap.sh",
             bin.display()
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
+        let port = std::net::TcpListener::bind((host, 0))
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
@@ -238,7 +244,7 @@ impl Registry {
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {}\n    key: {}\n\
+                 http:\n  addr: {host}:{port}\n  tls:\n    certificate: {}\n    key: {}\n\
                  auth:\n  htpasswd:\n    realm: fencecheck\n    path: {}\n",
                 dir.join("data").display(),
                 dir.join("cert.pem").display(),
@@ -294,7 +300,7 @@ impl Registry {
 
     /// Every image the run's pods asked for is named in this registry, and the
     /// node's engine pulled each one from it.
-    fn pulled_every_image(&self, k: &Value) {
+    fn pulled_every_image(&self, k: &Value, count: usize) {
         assert_eq!(k["registry"], self.name.as_str(), "{k}");
         let images: Vec<&str> = k["images"]
             .as_array()
@@ -302,8 +308,7 @@ impl Registry {
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        // The member's, the storage's and the workers'.
-        assert_eq!(images.len(), 3, "{k}");
+        assert_eq!(images.len(), count, "{k}");
         let log = std::fs::read_to_string(&self.log).expect("registry log");
         for image in images {
             let rest = image
@@ -373,6 +378,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     let rt = runtime();
     let work = tempfile::tempdir().expect("tmp");
     refusals_on_the_cluster(&rt, &kubeconfig, work.path());
+    on_a_second_node(&rt, &kubeconfig, work.path());
     let mut times = BTreeMap::new();
     for name in [
         "pause",
@@ -469,7 +475,8 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
             .unwrap_or(0);
         assert!(log > 0, "{name}: member 0's log is empty");
         if let Some(reg) = &registry {
-            reg.pulled_every_image(&k);
+            // The member's, the storage's and the workers'.
+            reg.pulled_every_image(&k, 3);
         }
         wait_nothing_left(&rt, &kubeconfig, &run_id, name);
         assert_nothing_left(&out);
@@ -688,15 +695,18 @@ const FAKE_NODES: [(&str, Option<&str>, &str); 2] = [
 /// `10.251.0.2` (what a kind node is to the backend). Down on drop.
 struct SecondNode {
     dir: PathBuf,
+    registry_port: u16,
 }
 
 impl SecondNode {
     const NAME: &'static str = "10.251.0.2";
 
-    fn up(dir: &Path) -> SecondNode {
+    /// Its engine pulls from this machine's registry at `registry_port`.
+    fn up(dir: &Path, registry_port: u16) -> SecondNode {
         // A run killed half-way may have left one: `down` removes whatever is there.
         let node = SecondNode {
             dir: dir.to_path_buf(),
+            registry_port,
         };
         node.script("down");
         let o = node.script("up");
@@ -714,6 +724,10 @@ impl SecondNode {
             .arg(repo_root().join("ci/second-node.sh"))
             .arg(verb)
             .env("FENCECHECK_CLUSTER_DIR", &self.dir)
+            .env(
+                "FENCECHECK_NODE2_REGISTRY_PORT",
+                self.registry_port.to_string(),
+            )
             .output()
             .expect("run ci/second-node.sh")
     }
@@ -731,6 +745,81 @@ impl Drop for SecondNode {
             );
         }
     }
+}
+
+/// `kill.toml` (3 etcd members, the leader killed and restarted) on a node that
+/// is not this machine: `ci/second-node.sh`'s, this kernel in a network of its
+/// own with a Docker engine of its own, which pulls the images from a registry
+/// here. It passes as on the process backend; every member listened on the
+/// node's address and advertised a proxy on this machine's; the storage's
+/// journal came back whole (each operation the checks counted is in it); the
+/// node's engine pulled the member's and the storage's images; nothing of the
+/// run is left.
+fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path) {
+    let reg = Registry::start_on(&work.join("second"), "0.0.0.0");
+    let port: u16 = reg
+        .name
+        .trim_start_matches("127.0.0.1:")
+        .trim_end_matches("/fc")
+        .parse()
+        .expect("the registry's port");
+    let dir = kubeconfig.parent().expect("the state directory");
+    let _second = SecondNode::up(dir, port);
+    let text = std::fs::read_to_string(repo_root().join("scenarios/kill.toml")).expect("kill.toml");
+    let file = work.join("kill-second-node.toml");
+    std::fs::write(
+        &file,
+        text.replacen(
+            "[cluster]\n",
+            &format!(
+                "[cluster]\nnode = \"{}\"\nregistry = \"{}\"\n",
+                SecondNode::NAME,
+                reg.name
+            ),
+            1,
+        ),
+    )
+    .expect("write");
+    let out = work.join("kill-second-node");
+    let o = run_file_with_docker_config(kubeconfig, &file, &out, Some(&reg.docker_config));
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let r = read_report(&out);
+    assert_eq!(r["passed"], true);
+    assert_eq!(r["run"]["backend"], "kubernetes", "{}", r["run"]);
+    let k = kubernetes_json(&out);
+    assert_eq!(k["node"], SecondNode::NAME, "{k}");
+    assert_eq!(k["remote"]["node_address"], "10.251.0.2", "{k}");
+    assert_eq!(k["remote"]["harness_address"], "10.251.0.1", "{k}");
+    reg.pulled_every_image(&k, 2);
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let kills = &r["fault_counts"][0];
+    assert_eq!(kills["kind"], "kill", "{}", r["fault_counts"]);
+    assert!(kills["injected"].as_u64().unwrap_or(0) > 0, "{kills}");
+    assert_eq!(kills["confirmed"], kills["injected"], "{kills}");
+    for i in 0..3 {
+        let log = std::fs::read_to_string(out.join(format!("etcd-{i}.log"))).expect("member log");
+        assert!(
+            log.contains("\"--listen-client-urls\",\"http://10.251.0.2:")
+                && log.contains("\"--initial-advertise-peer-urls\",\"http://10.251.0.1:"),
+            "member {i} did not listen on the node's address: {said}\n{}",
+            &log[..log.len().min(2000)]
+        );
+    }
+    // The journal, followed out of the storage's pod: one line per operation
+    // the linearizability check read, every line whole.
+    let journal = std::fs::read_to_string(out.join("storage.jsonl")).expect("storage.jsonl");
+    let lines: Vec<&str> = journal.lines().collect();
+    assert!(!lines.is_empty(), "empty journal");
+    for l in &lines {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    }
+    assert_eq!(
+        r["checks"]["linearizable"]["operations"].as_u64(),
+        Some(lines.len() as u64),
+        "journal lines against the operations the linearizability check read"
+    );
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's run");
 }
 
 /// The namespaces whose names start with `fencecheck-` (a run's).
@@ -884,7 +973,17 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
             &[
                 ":4:",
                 "node elsewhere is not this machine",
-                "other machines' nodes is not built",
+                "set [cluster] registry",
+            ][..],
+        ),
+        // With a registry it would do, but nothing answers at its address.
+        (
+            "elsewhere",
+            "registry = \"127.0.0.1:5999\"\n",
+            &[
+                ":4:",
+                "node elsewhere is not this machine",
+                "cannot reach its kubelet at 192.0.2.1:10250",
             ][..],
         ),
         (
@@ -908,28 +1007,6 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
         )
         .expect("write");
         refused(&file, kubeconfig, &[], want);
-    }
-    // A real node of this kernel in a network of its own (kind's, in effect): a
-    // registry does not make its network this machine's.
-    {
-        let dir = kubeconfig.parent().expect("the state directory");
-        let _second = SecondNode::up(dir);
-        let file = work.join("second-node.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "name = \"second\"\n[cluster]\nbackend = \"kubernetes\"\nnode = \"{}\"\n\
-                 registry = \"127.0.0.1:5999\"\n",
-                SecondNode::NAME
-            ),
-        )
-        .expect("write");
-        refused(
-            &file,
-            kubeconfig,
-            &[],
-            &[":4:", "not in its network", "its addresses 10.251.0.2"],
-        );
     }
     // The same cluster and CA, the service account's token.
     let admin = std::fs::read_to_string(kubeconfig).expect("kubeconfig");

@@ -227,7 +227,9 @@ impl KubernetesBackend {
         };
         // The workers' too, with a `[client]` adapter's runtime in it: an adapter
         // whose files cannot be packaged stops the run before anything starts.
-        let worker_image = match workers::in_pods(scenario) {
+        // Not on a node that is not this machine: its workers stay processes here.
+        let in_pods = workers::in_pods(scenario).filter(|_| cluster.remote.is_none());
+        let worker_image = match in_pods {
             None => None,
             Some(adapter) => {
                 let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
