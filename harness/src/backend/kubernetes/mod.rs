@@ -25,6 +25,12 @@
 //!   through its clockshim offset file in the run directory, as on the process
 //!   backend (clockshim is in the member image at its path on this machine).
 //! - Each pod's output is streamed into the run directory as it comes.
+//! - On a node that is not this machine (`connect::Remote`, a registry needed):
+//!   the members and the storage listen on the node's address, the peer proxies
+//!   on this machine's address on the route to it; a pod's run directory is an
+//!   empty one of its own, the members' files come in a ConfigMap the agent puts
+//!   in place, the storage's journal is followed back through exec; the workers
+//!   stay processes of this machine, and a member clock step is refused.
 //! - Clean-up: `stop` deletes the namespace with its pods; a guard does it on drop
 //!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
 
