@@ -396,7 +396,9 @@ async fn this_node(
         let port = status
             .and_then(|s| s.daemon_endpoints.as_ref())
             .and_then(|d| d.kubelet_endpoint.as_ref())
-            .map(|k| k.port);
+            .map(|k| k.port)
+            // 0: not reported (a Node registered without a kubelet's endpoint).
+            .filter(|p| *p > 0);
         (
             ready,
             addresses.into_iter().map(|(_, a)| a).collect(),
