@@ -16,6 +16,9 @@
 #   127.0.0.1:5000 (FENCECHECK_NODE2_REGISTRY_PORT) is carried to this
 #   machine's 10.251.0.1:5000, so a registry listening here on 0.0.0.0:5000 is
 #   `127.0.0.1:5000` to both engines, plain HTTP on loopback for each;
+# - a mount namespace of its own for its engine and kubelet, where
+#   /var/log/pods is its own (two kubelets on one filesystem delete each
+#   other's pod logs);
 # - kubelet 1.20.2 (the local cluster's build) in that namespace, registered as
 #   node `10.251.0.2`: named by its address, so the apiserver reaches it for
 #   logs and exec without DNS (it dials the Hostname address first).
@@ -103,7 +106,23 @@ up() {
 	# finds no cgroup mounts. An empty config file: this machine's daemon.json
 	# names its own data root and storage driver.
 	echo '{}' >"$STATE/daemon.json"
-	nohup nsenter --net=/var/run/netns/$NETNS dockerd --config-file "$STATE/daemon.json" \
+	# Each kubelet's garbage collection deletes the /var/log/pods directories of
+	# the pods it does not know (kubelet 1.20's evictPodLogsDirectories), a fixed
+	# path: two kubelets on one filesystem delete each other's pod logs within a
+	# minute, and a log stream of the API then fails ("failed to try resolving
+	# symlinks in path /var/log/pods/..."). So the node's engine and kubelet share
+	# a mount namespace of their own in which /var/log/pods and /var/log/containers
+	# are the node's. Slave: this machine's mounts still reach it; its own
+	# (kubelet's Secret and ConfigMap volumes) stay in it, where the node's engine
+	# sees them. It goes when they do and `down` unmounts its file.
+	mkdir -p "$STATE/ns" "$STATE/log/pods" "$STATE/log/containers" /var/log/pods /var/log/containers
+	mount --bind "$STATE/ns" "$STATE/ns"
+	mount --make-private "$STATE/ns"
+	touch "$STATE/ns/mnt"
+	unshare --mount="$STATE/ns/mnt" --propagation slave true
+	nsenter --mount="$STATE/ns/mnt" mount --bind "$STATE/log/pods" /var/log/pods
+	nsenter --mount="$STATE/ns/mnt" mount --bind "$STATE/log/containers" /var/log/containers
+	nohup nsenter --net=/var/run/netns/$NETNS --mount="$STATE/ns/mnt" dockerd --config-file "$STATE/daemon.json" \
 		--data-root "$STATE/docker" --exec-root "$STATE/exec" --pidfile "$STATE/dockerd.pid" \
 		-H "unix://$STATE/docker.sock" --bridge=none --iptables=false --ip-masq=false \
 		--ip-forward=false --storage-driver=vfs --cgroup-parent=/$NETNS \
@@ -155,7 +174,7 @@ EOF
 		"$CLUSTER/kubeconfig" >"$STATE/kubeconfig"
 	cp "$CLUSTER/kubelet/client-ca.crt" "$STATE/kubelet/"
 	local k=$STATE/kubelet
-	nohup nsenter --net=/var/run/netns/$NETNS "$KUBELET" \
+	nohup nsenter --net=/var/run/netns/$NETNS --mount="$STATE/ns/mnt" "$KUBELET" \
 		--kubeconfig="$STATE/kubeconfig" --root-dir="$k" --cert-dir="$k/pki" \
 		--hostname-override=$NODE --node-ip=$NODE_IP \
 		--container-runtime=docker --docker-endpoint="unix://$STATE/docker.sock" \
