@@ -69,32 +69,54 @@ pub(crate) async fn placements(
     for i in 0..n {
         let ip = member_ip(i);
         let client = SocketAddr::new(ip.parse()?, free_port(&ip)?);
-        let mut peers = Vec::new();
-        let mut mine = Vec::new();
+        let mut listens = Vec::new();
         for _ in 0..peer_ports {
-            let listen = SocketAddr::new(ip.parse()?, free_port(&ip)?);
-            let front: SocketAddr = format!("127.0.2.{}:0", i + 1).parse()?;
-            let p = Proxy::start(front, listen).await.context("peer proxy")?;
-            peers.push(PeerPlace {
-                bind: listen,
-                advertise: p.local_addr().into(),
-            });
-            mine.push(p);
+            listens.push(SocketAddr::new(ip.parse()?, free_port(&ip)?));
         }
-        at.push(Placement {
-            index: i,
-            client_bind: client,
-            client,
-            peers,
-            data_dir: crate::record::rundir::member_data(run_dir, short, i)
-                .display()
-                .to_string(),
-            config_dir: run_dir.display().to_string(),
-            cluster_token: "fencecheck".into(),
-        });
+        let front = format!("127.0.2.{}", i + 1).parse()?;
+        let (p, mine) = place(i, client, listens, front, run_dir, short).await?;
+        at.push(p);
         proxies.push(mine);
     }
     Ok((at, proxies))
+}
+
+/// Member `i` at `client`, binding each of `listens` for its peers behind a
+/// proxy of the harness's on `front` (what it advertises: every byte into it
+/// crosses a proxy the nemesis can delay or cut), its data directory and
+/// config files at their run-directory paths.
+pub(crate) async fn place(
+    i: usize,
+    client: SocketAddr,
+    listens: Vec<SocketAddr>,
+    front: std::net::IpAddr,
+    run_dir: &Path,
+    short: &str,
+) -> Result<(Placement, Vec<Proxy>)> {
+    let mut peers = Vec::new();
+    let mut mine = Vec::new();
+    for listen in listens {
+        let p = Proxy::start(SocketAddr::new(front, 0), listen)
+            .await
+            .context("peer proxy")?;
+        peers.push(PeerPlace {
+            bind: listen,
+            advertise: p.local_addr().into(),
+        });
+        mine.push(p);
+    }
+    let placement = Placement {
+        index: i,
+        client_bind: client,
+        client,
+        peers,
+        data_dir: crate::record::rundir::member_data(run_dir, short, i)
+            .display()
+            .to_string(),
+        config_dir: run_dir.display().to_string(),
+        cluster_token: "fencecheck".into(),
+    };
+    Ok((placement, mine))
 }
 
 /// Writes member `p`'s files: its data directory (owner-only, as etcd wants it)

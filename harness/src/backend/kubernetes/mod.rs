@@ -929,36 +929,17 @@ async fn remote_placements(
     short: &str,
     r: &connect::Remote,
 ) -> Result<(Vec<crate::systems::members::Placement>, Vec<Vec<Proxy>>)> {
-    use crate::systems::members::{PeerPlace, Placement};
     let mut ports = node_ports(n * (1 + peer_ports)).into_iter();
     let mut at = Vec::new();
     let mut proxies = Vec::new();
     for i in 0..n {
         let client = SocketAddr::new(r.node_ip, ports.next().context("ports")?);
-        let mut peers = Vec::new();
-        let mut mine = Vec::new();
-        for _ in 0..peer_ports {
-            let listen = SocketAddr::new(r.node_ip, ports.next().context("ports")?);
-            let p = Proxy::start(SocketAddr::new(r.harness_ip, 0), listen)
-                .await
-                .context("peer proxy")?;
-            peers.push(PeerPlace {
-                bind: listen,
-                advertise: p.local_addr().into(),
-            });
-            mine.push(p);
-        }
-        at.push(Placement {
-            index: i,
-            client_bind: client,
-            client,
-            peers,
-            data_dir: crate::record::rundir::member_data(run_dir, short, i)
-                .display()
-                .to_string(),
-            config_dir: run_dir.display().to_string(),
-            cluster_token: "fencecheck".into(),
-        });
+        let listens = (0..peer_ports)
+            .map(|_| Ok(SocketAddr::new(r.node_ip, ports.next().context("ports")?)))
+            .collect::<Result<Vec<_>>>()?;
+        let (p, mine) =
+            super::process::place(i, client, listens, r.harness_ip, run_dir, short).await?;
+        at.push(p);
         proxies.push(mine);
     }
     Ok((at, proxies))
