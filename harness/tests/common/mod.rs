@@ -96,6 +96,14 @@ pub fn kube() -> (std::sync::MutexGuard<'static, ()>, Slot) {
     (cluster, take(1))
 }
 
+/// A test on a local Kubernetes cluster that loads the whole machine (a second
+/// node: another Docker engine pulling images onto a copy-everything storage
+/// driver), with nothing else beside it: timed scenarios beside it starved.
+pub fn kube_alone() -> (std::sync::MutexGuard<'static, ()>, Slot) {
+    let cluster = KUBE.lock().unwrap_or_else(|e| e.into_inner());
+    (cluster, take(u32::MAX))
+}
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
