@@ -159,8 +159,10 @@ else
   command -v cc >/dev/null 2>&1 || apt_install gcc libc6-dev
   say "building clockshim: $SHIM_SRC -> $SHIM"
   mkdir -p "$CACHE/clockshim"
-  cc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$SHIM.tmp" "$SHIM_SRC"
-  mv "$SHIM.tmp" "$SHIM"
+  # A temporary name of this process's: two checkouts bootstrapping at once
+  # (a fresh clone's source is always newer) raced on one `.tmp` and one failed.
+  cc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$SHIM.tmp.$$" "$SHIM_SRC"
+  mv "$SHIM.tmp.$$" "$SHIM"
   [ -f "$SHIM" ] && [ "$SHIM" -nt "$SHIM_SRC" ] || die "clockshim build left no $SHIM newer than $SHIM_SRC"
 fi
 # PostgreSQL: fencecheck runs initdb and postgres from /usr/lib/postgresql/15/bin
