@@ -589,6 +589,8 @@ fn worker_config(
         ops_per_hold: s.workload.ops_per_hold,
         hold_min_ms: s.workload.hold.min.as_millis() as u64,
         hold_max_ms: s.workload.hold.max.as_millis() as u64,
+        rest_min_ms: s.workload.rest.min.as_millis() as u64,
+        rest_max_ms: s.workload.rest.max.as_millis() as u64,
         seed: run.seed,
         events: rundir::worker_events(dir, id),
         end_ns,

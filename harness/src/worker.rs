@@ -55,6 +55,11 @@ pub struct WorkerConfig {
     pub ops_per_hold: u32,
     pub hold_min_ms: u64,
     pub hold_max_ms: u64,
+    /// `[workload] rest`: the pause after a hold before the next acquire.
+    #[serde(default)]
+    pub rest_min_ms: u64,
+    #[serde(default)]
+    pub rest_max_ms: u64,
     pub seed: u64,
     pub events: PathBuf,
     /// `CLOCK_MONOTONIC` time at which to stop starting new holds.
@@ -149,6 +154,12 @@ impl Worker {
             let key = format!("k{}", rng.gen_range(0..self.cfg.keys));
             let hold_ms = rng.gen_range(self.cfg.hold_min_ms..=self.cfg.hold_max_ms);
             match self.hold(&key, sid, hold_ms).await? {
+                // Drawn only when asked for: a seed's keys and holds stay
+                // what they were before `rest` existed.
+                HoldOutcome::Done if self.cfg.rest_max_ms > 0 => {
+                    let rest = rng.gen_range(self.cfg.rest_min_ms..=self.cfg.rest_max_ms);
+                    tokio::time::sleep(Duration::from_millis(rest)).await;
+                }
                 HoldOutcome::Done => {}
                 HoldOutcome::SessionGone => session = None,
                 HoldOutcome::RunOver => break,

@@ -493,6 +493,12 @@ pub struct Workload {
     pub ops_per_hold: u32,
     #[serde(default = "defaults::hold")]
     pub hold: DurationRange,
+    /// A worker's pause between letting go of the lock and asking for it again
+    /// (default none). On a polling lock (Redis, Redlock) a holder that asks
+    /// again at once wins nearly every time against waiters that poll every
+    /// 10–60 ms; a rest longer than their poll lets the lock change hands.
+    #[serde(default = "defaults::rest")]
+    pub rest: DurationRange,
     /// fencecheck's own worker: `careful` (default) or `naive` (Jepsen's 2020
     /// lock-set client), see [`Behaviour`].
     #[serde(default)]
@@ -506,6 +512,7 @@ impl Default for Workload {
             keys: defaults::keys(),
             ops_per_hold: defaults::ops_per_hold(),
             hold: defaults::hold(),
+            rest: defaults::rest(),
             behaviour: Default::default(),
         }
     }
@@ -577,6 +584,12 @@ mod defaults {
         DurationRange {
             min: Duration::ZERO,
             max: Duration::from_millis(500),
+        }
+    }
+    pub fn rest() -> DurationRange {
+        DurationRange {
+            min: Duration::ZERO,
+            max: Duration::ZERO,
         }
     }
 }
