@@ -17,6 +17,20 @@
 //!   journal on a node that is not the harness's machine) into the run
 //!   directory this way, as it is written.
 //!
+//! - `fencecheck-agent put FILE TEXT`: replaces FILE with TEXT and a newline,
+//!   whole (written beside it, then renamed over it), so a reader never sees
+//!   half of it. The harness steps a member's clock on a node that is not its
+//!   machine this way: clockshim's offset file is the pod's, not the run
+//!   directory's.
+//!
+//! - `fencecheck-agent clock`: for each line read on stdin, prints this
+//!   machine's `CLOCK_MONOTONIC` in nanoseconds, one line each, until stdin
+//!   ends. The harness measures the offset of a node's monotonic clock to its
+//!   own with it (NTP's way: the sample with the shortest round trip).
+//!
+//! With `$FENCECHECK_AGENT_LINGER=1`, `run` stays after PROG exits on its own
+//! (until SIGTERM or SIGINT), so what PROG wrote can still be read through exec.
+//!
 //! With `$FENCECHECK_AGENT_FILES` set to a directory holding a `manifest`, `run`
 //! first puts the files a program needs in place (a ConfigMap mounted there,
 //! on a node that does not have the run directory): each manifest line is
@@ -40,6 +54,11 @@ use std::time::{Duration, Instant};
 const DEFAULT_SOCKET: &str = "/fencecheck-agent.sock";
 /// Overrides [`DEFAULT_SOCKET`] (tests run several agents on one machine).
 const SOCKET_ENV: &str = "FENCECHECK_AGENT_SOCKET";
+/// `1`: `run` does not exit when PROG exits on its own, but answers (`state`:
+/// not running) until it is sent SIGTERM or SIGINT. A worker pod on a node
+/// that is not the harness's machine: its events file is still followed to
+/// its last byte after the worker ended.
+const LINGER_ENV: &str = "FENCECHECK_AGENT_LINGER";
 /// A directory with a `manifest` of the files to put in place before the start.
 const FILES_ENV: &str = "FENCECHECK_AGENT_FILES";
 /// How often `follow` looks for more of its file.
@@ -57,7 +76,9 @@ fn usage() -> ! {
     eprintln!(
         "usage: fencecheck-agent run -- PROG [ARGS...]\n       \
          fencecheck-agent ctl stop|cont|kill|start|state\n       \
-         fencecheck-agent follow FILE [OFFSET] [--once]"
+         fencecheck-agent follow FILE [OFFSET] [--once]\n       \
+         fencecheck-agent put FILE TEXT\n       \
+         fencecheck-agent clock"
     );
     std::process::exit(2)
 }
@@ -101,8 +122,49 @@ fn main() {
                 std::process::exit(1)
             }
         }
+        Some("clock") if args.len() == 1 => {
+            if let Err(e) = clock() {
+                eprintln!("fencecheck-agent clock: {e}");
+                std::process::exit(1)
+            }
+        }
+        Some("put") if args.len() == 3 => {
+            if let Err(e) = put(&args[1], &args[2]) {
+                eprintln!("fencecheck-agent put {}: {e}", args[1]);
+                std::process::exit(1)
+            }
+        }
         _ => usage(),
     }
+}
+
+/// Answers each line on stdin with `CLOCK_MONOTONIC` in ns, at once.
+fn clock() -> std::io::Result<()> {
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        line?;
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes only into the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        writeln!(
+            out,
+            "{}",
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        )?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+/// Replaces `path` with `text` and a newline, whole: a rename over it.
+fn put(path: &str, text: &str) -> std::io::Result<()> {
+    let tmp = format!("{path}.agent-tmp");
+    std::fs::write(&tmp, format!("{text}\n"))?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Puts the manifest's directories and files in place (see the top of this file).
@@ -254,6 +316,7 @@ fn spawn(prog: &[String]) -> std::io::Result<i32> {
 
 fn run(prog: Vec<String>) -> Result<i32, String> {
     let set = handled();
+    let linger = std::env::var_os(LINGER_ENV).is_some_and(|v| v == "1");
     // Blocked in this thread before any other exists, so every thread inherits
     // it and only `sigwait` below takes these signals. A handler (not SIG_DFL)
     // as well: the kernel drops a default-action signal sent to a namespace's
@@ -301,6 +364,11 @@ fn run(prog: Vec<String>) -> Result<i32, String> {
         match sig {
             libc::SIGCHLD => {
                 if let Some(code) = reap(&child) {
+                    // Lingering, it stays for the harness to read what PROG
+                    // left (its files, its state) until it is stopped itself.
+                    if linger && !lock(&child).terminating {
+                        continue;
+                    }
                     let _ = std::fs::remove_file(&path);
                     return Ok(code);
                 }

@@ -342,3 +342,116 @@ fn follow_prints_a_file_and_what_is_appended() {
         out(&o)
     );
 }
+
+/// `put` replaces a file whole (what clockshim reads on a remote node), and a
+/// directory that is not there is an error, not a silent nothing.
+#[test]
+fn put_replaces_a_file_whole() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("redis-0.clock-offset-ns");
+    std::fs::write(&file, "0\n").expect("write");
+    let o = Command::new(BIN)
+        .arg("put")
+        .arg(&file)
+        .arg("10000000000")
+        .output()
+        .expect("put");
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        "10000000000\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "nothing left beside it: {names:?}");
+    let o = Command::new(BIN)
+        .arg("put")
+        .arg(tmp.path().join("no/such/dir/f"))
+        .arg("1")
+        .output()
+        .expect("put");
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("put"),
+        "{}",
+        out(&o)
+    );
+}
+
+/// `clock` answers each line with this machine's monotonic clock, rising,
+/// until stdin ends.
+#[test]
+fn clock_answers_each_line_with_the_monotonic_clock() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = Command::new(BIN)
+        .arg("clock")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("clock");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut last = 0u64;
+    for _ in 0..3 {
+        writeln!(stdin, "?").expect("ask");
+        stdin.flush().expect("flush");
+        let t: u64 = lines
+            .next()
+            .expect("an answer")
+            .expect("read")
+            .parse()
+            .expect("ns");
+        assert!(t > last, "{t} after {last}");
+        last = t;
+    }
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+}
+
+/// Lingering (`FENCECHECK_AGENT_LINGER=1`), the agent outlives a program that
+/// ended on its own, says it is not running, and goes on SIGTERM.
+#[test]
+fn a_lingering_agent_stays_after_its_program_ends() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let sock = tmp.path().join("s");
+    let mut child = Command::new(BIN)
+        .args(["run", "--", "/bin/sh", "-c", "exit 7"])
+        .env("FENCECHECK_AGENT_SOCKET", &sock)
+        .env("FENCECHECK_AGENT_LINGER", "1")
+        .spawn()
+        .expect("agent");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = ctl(&sock, "state");
+        if o.status.code() == Some(0) && out(&o).contains("\"running\":false") {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the agent exited"
+        );
+        assert!(
+            Instant::now() < until,
+            "never seen not running: {}",
+            out(&o)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the agent exited"
+    );
+    // SAFETY: SIGTERM to the agent this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < until, "the agent did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(status.code(), Some(128 + 15));
+}
