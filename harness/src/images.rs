@@ -222,7 +222,9 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
 /// worker's clock jump preloads it, as on the other backends). Not the binary
 /// itself: the pod mounts it read-only from the node (which is this machine), so
 /// the image does not change, and is not read whole, with every build — a debug
-/// build's binary is 119 MB, a release one's 224 MB.
+/// build's binary is 119 MB, a release one's 224 MB. With `binary` (a node that
+/// is not this machine, which does not have it), the binary too, at its path
+/// (`fencecheck/worker-pod-remote:<hash>`).
 ///
 /// With `adapter` (a scenario's `[client]` command and its `pod_files`), the
 /// adapter too, at its paths (`adapter_files`), tagged
@@ -230,6 +232,7 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
 pub async fn worker_image(
     docker: &Docker,
     adapter: Option<(&Path, &[PathBuf])>,
+    binary: bool,
     say: &dyn Fn(&str),
 ) -> Result<Image> {
     const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\n";
@@ -248,7 +251,11 @@ pub async fn worker_image(
     if shim.is_file() {
         add_file(&mut ctx.files, &shim, &shim)?;
     }
+    if binary {
+        add_file(&mut ctx.files, &exe, &exe)?;
+    }
     let name = match adapter {
+        None if binary => "worker-pod-remote".to_string(),
         None => "worker-pod".to_string(),
         Some((command, files)) => {
             let before: std::collections::HashSet<String> = ctx.files.keys().cloned().collect();

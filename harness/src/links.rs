@@ -31,10 +31,14 @@ impl Links {
         storage: SocketAddr,
         peers: Vec<Vec<Proxy>>,
         standing: Vec<(u32, u32)>,
+        worker_side: Option<std::net::IpAddr>,
     ) -> Result<Links> {
-        let any: SocketAddr = format!("{WORKER_SIDE}:0")
-            .parse()
-            .context("proxy address")?;
+        let any: SocketAddr = match worker_side {
+            Some(ip) => SocketAddr::new(ip, 0),
+            None => format!("{WORKER_SIDE}:0")
+                .parse()
+                .context("proxy address")?,
+        };
         let mut worker_service = Vec::new();
         let mut worker_storage = Vec::new();
         for _ in 0..workers {

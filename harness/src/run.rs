@@ -211,12 +211,16 @@ pub async fn run(
     let say = |m: &str| run.say(m);
     let (backend, dep) = Backend::start(chosen, &scenario, external, &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
+    // Worker pods on a node that is not this machine reach their proxies at
+    // this machine's address on the route to it.
+    let worker_side = backend.lock().await.worker_side();
     let links = Links::start(
         scenario.workload.workers,
         &dep.clients,
         dep.storage,
         dep.peer_proxies.clone(),
         scenario.network.cut_links(),
+        worker_side,
     )
     .await;
     let outcome = match links {
@@ -270,6 +274,7 @@ async fn drive(
     let mut workers: Vec<WorkerProc> = match pods {
         Some(pods) => {
             open_gate(&run.dir, end_ns)?;
+            open_remote_gate(&backend, end_ns).await?;
             pods.into_iter().map(WorkerProc::Pod).collect()
         }
         None => start_workers(run, dep, &links, end_ns, &worker_clocks)?
@@ -285,6 +290,7 @@ async fn drive(
             .enumerate()
             .map(|(i, c)| (i as u32, c.pid()))
             .collect::<HashMap<u32, u32>>(),
+        workers_by_backend: workers.iter().any(|w| w.pid() == 0),
         backend,
         links,
         worker_clocks,
@@ -480,12 +486,13 @@ async fn start_pod_workers(
         return Ok(None);
     };
     if let Some(r) = k.remote() {
-        run.say(&format!(
-            "the workers run as processes of this machine: the node {}, and worker pods \
-             there (their events streamed back, the binary in their image) are not built",
-            r.why
-        ));
-        return Ok(None);
+        if let Err(why) = crate::backend::kubernetes::workers::on_remote(run.s) {
+            run.say(&format!(
+                "the workers run as processes of this machine: the node {}, and {why}",
+                r.why
+            ));
+            return Ok(None);
+        }
     }
     let Some(adapter) = crate::backend::kubernetes::workers::in_pods(run.s) else {
         run.say(
@@ -528,10 +535,24 @@ async fn start_pod_workers(
                 env
             },
             log: rundir::worker_log(&run.dir, id),
+            events: rundir::worker_events(&dir, id),
+            gate: gate.clone(),
         });
     }
     let say = |m: &str| run.say(m);
     k.start_workers(launches, &say).await.map(Some)
+}
+
+/// Lets the gated worker pods of a node that is not this machine go (their
+/// run directory is their own: each gets it through its agent).
+async fn open_remote_gate(backend: &tokio::sync::Mutex<Backend>, end_ns: u64) -> Result<()> {
+    match &*backend.lock().await {
+        Backend::Kubernetes(k) => k
+            .open_remote_gate(end_ns)
+            .await
+            .context("opening the worker pods' gate"),
+        _ => Ok(()),
+    }
 }
 
 /// Lets the gated workers go: the run's end time, written whole at once.

@@ -75,14 +75,16 @@ pub struct WorkerConfig {
 /// How long a gated worker waits for its gate before it gives up.
 const GATE_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Waits for `gate` to exist and returns the `end_ns` written in it.
-async fn wait_gate(gate: &std::path::Path) -> Result<u64> {
+/// Waits for `gate` to exist and returns what is written in it: the run's
+/// `end_ns`, and on a node that is not the harness's machine the offset of the
+/// harness's monotonic clock to this one's (`END OFFSET`, ns).
+async fn wait_gate(gate: &std::path::Path) -> Result<(u64, i64)> {
     let t0 = std::time::Instant::now();
     loop {
         if let Ok(text) = std::fs::read_to_string(gate) {
-            return text.trim().parse::<u64>().with_context(|| {
+            return parse_gate(&text).with_context(|| {
                 format!(
-                    "the start gate {} holds no end time: {text:?}",
+                    "the start gate {} holds no end time (and offset): {text:?}",
                     gate.display()
                 )
             });
@@ -94,6 +96,17 @@ async fn wait_gate(gate: &std::path::Path) -> Result<u64> {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+/// `END` or `END OFFSET` (see [`wait_gate`]).
+fn parse_gate(text: &str) -> Option<(u64, i64)> {
+    let mut f = text.split_whitespace();
+    let end = f.next()?.parse().ok()?;
+    let offset = match f.next() {
+        Some(o) => o.parse().ok()?,
+        None => 0,
+    };
+    f.next().is_none().then_some((end, offset))
 }
 
 struct Worker {
@@ -112,7 +125,10 @@ enum HoldOutcome {
 
 pub async fn run(mut cfg: WorkerConfig) -> Result<()> {
     if let Some(gate) = cfg.start_gate.clone() {
-        cfg.end_ns = wait_gate(&gate).await?;
+        let (end_ns, offset) = wait_gate(&gate).await?;
+        // Before anything is recorded: every time stamp in the harness's clock.
+        fencecheck_storage::set_clock_offset(offset);
+        cfg.end_ns = end_ns;
     }
     let log = Log::new(Process::Worker(cfg.id), EventWriter::create(&cfg.events)?);
     let lock = crate::systems::connect_client(&cfg.lock).await?;
@@ -252,4 +268,18 @@ struct Op<'a> {
     token: Option<i64>,
     grant: i64,
     session: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_gate;
+
+    #[test]
+    fn a_gate_holds_the_end_and_maybe_the_clock_offset() {
+        assert_eq!(parse_gate("123\n"), Some((123, 0)));
+        assert_eq!(parse_gate("123 -45\n"), Some((123, -45)));
+        assert_eq!(parse_gate(""), None);
+        assert_eq!(parse_gate("x"), None);
+        assert_eq!(parse_gate("1 2 3"), None);
+    }
 }

@@ -204,9 +204,28 @@ struct Inner {
     seq: u64,
 }
 
+/// What this process adds to its `CLOCK_MONOTONIC` (see [`set_clock_offset`]).
+static CLOCK_OFFSET_NS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Makes every later [`monotonic_ns`] of this process read the harness's
+/// monotonic clock instead of this machine's: a worker in a pod on a node that
+/// is not the harness's machine (whose `CLOCK_MONOTONIC` counts from that
+/// machine's boot) adds the offset the harness measured, so its events compare
+/// with the harness's own.
+pub fn set_clock_offset(ns: i64) {
+    CLOCK_OFFSET_NS.store(ns, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Monotonic clock in nanoseconds, the same clock (`CLOCK_MONOTONIC`) that every
-/// fencecheck process stamps its events with, so storage and history times compare.
+/// fencecheck process stamps its events with, so storage and history times compare
+/// (plus this process's offset to the harness's clock, 0 unless set).
 pub fn monotonic_ns() -> u64 {
+    raw_monotonic_ns()
+        .saturating_add_signed(CLOCK_OFFSET_NS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// This machine's `CLOCK_MONOTONIC`, in nanoseconds.
+pub fn raw_monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

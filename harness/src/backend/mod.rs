@@ -41,6 +41,10 @@ pub struct Deployment {
 pub enum Service {
     Member(usize),
     Storage,
+    /// A worker whose faults go through the backend (a worker pod on a node
+    /// that is not this machine: its agent). Elsewhere the nemesis signals a
+    /// worker's process itself.
+    Worker(u32),
 }
 
 /// The backend a run uses, and why (for the report).
@@ -103,32 +107,6 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
                     _ => e,
                 },
             )?;
-            if let Some(r) = &c.remote {
-                // A member's clock steps through its clockshim offset file,
-                // written by the harness in the run directory: a node that is not
-                // this machine has its own copy (not built: docs/backends.md).
-                let clock = scenario.faults.iter().enumerate().find(|(_, f)| {
-                    f.kind == crate::scenario::FaultKind::ClockJump && !f.target.is_worker()
-                });
-                if let Some((i, f)) = clock {
-                    return Err(scenario
-                        .source
-                        .error_at_fault(
-                            i,
-                            "kind",
-                            format!(
-                                "fault #{}: clock-jump of {} on node {}, which {}: a member's \
-                                 clock steps through a file the harness writes on its own \
-                                 machine; on another node that is not built",
-                                i + 1,
-                                f.target,
-                                c.node,
-                                r.why
-                            ),
-                        )
-                        .into());
-                }
-            }
             Chosen {
                 kind: BackendKind::Kubernetes,
                 reason: format!(
@@ -313,19 +291,32 @@ impl Backend {
         }
     }
 
+    /// Where the workers' proxies listen: `None`, this machine's loopback;
+    /// worker pods on a node that is not this machine reach them at this
+    /// machine's address on the route to it.
+    pub fn worker_side(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Backend::Kubernetes(k) => k.workers_remote().map(|r| r.harness_ip),
+            _ => None,
+        }
+    }
+
     /// Steps member `i`'s wall clock forward by `by` (clock-jump) through the
     /// clockshim offset file it was started with (`CLOCKSHIM_OFFSET_FILE`: the
-    /// process backend's, or the kubernetes backend's in the run directory its pod
-    /// mounts); returns its offset before and after, in ns.
-    pub fn step_clock(&self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
-        let file = match self {
-            Backend::Process(b) => b.clock_file(i)?,
+    /// process backend's, or the kubernetes backend's: in the run directory its
+    /// pod mounts, or on a node that is not this machine the pod's own copy,
+    /// written through its agent); returns its offset before and after, in ns.
+    pub async fn step_clock(&mut self, i: usize, by: std::time::Duration) -> Result<(i64, i64)> {
+        let ns = i64::try_from(by.as_nanos()).unwrap_or(i64::MAX);
+        match self {
+            Backend::Process(b) => crate::clockshim::step_ns(
+                b.clock_file(i)?
+                    .context("this member runs without clockshim: its clock cannot be stepped")?,
+                ns,
+            ),
             Backend::Docker(_) => bail!("the docker backend cannot step a member's clock"),
-            Backend::Kubernetes(b) => b.clock_file(i)?,
-        };
-        let file =
-            file.context("this member runs without clockshim: its clock cannot be stepped")?;
-        crate::clockshim::step(file, by)
+            Backend::Kubernetes(b) => b.step_clock(i, ns).await,
+        }
     }
 
     /// Cuts members off from the others (`on`) or lets them back. The process

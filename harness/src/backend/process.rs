@@ -276,6 +276,8 @@ impl ProcessBackend {
         let child = match who {
             Service::Member(i) => self.members.get(i).and_then(|m| m.child.as_ref()),
             Service::Storage => self.storage.as_ref(),
+            // The nemesis signals a worker process itself.
+            Service::Worker(_) => None,
         };
         child
             .map(|c| c.pid())

@@ -67,7 +67,7 @@ const CONFIRM: Duration = Duration::from_secs(2);
 /// Steps member `m` by `by`; returns what was done and seen.
 async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> {
     let before_us = n.world.service.member_time_us(m).await?;
-    let (old, new) = n.world.backend.lock().await.step_clock(m, by)?;
+    let (old, new) = n.world.backend.lock().await.step_clock(m, by).await?;
     let t0 = tokio::time::Instant::now();
     // The instance's clock must show at least the step, less a little for the
     // time two TIME calls apart cannot account for.

@@ -67,6 +67,9 @@ pub struct World {
     pub members: usize,
     /// Worker id → pid.
     pub workers: HashMap<u32, u32>,
+    /// The workers are pods on a node that is not this machine: no pid here to
+    /// signal (0 above), their pauses go through the backend (`Service::Worker`).
+    pub workers_by_backend: bool,
     pub backend: Arc<tokio::sync::Mutex<Backend>>,
     pub links: Arc<Links>,
     /// Worker id → its clockshim offset file, for workers run under clockshim

@@ -28,6 +28,10 @@ pub fn available(a: &Ask) -> Result<(), String> {
 /// and an external lock client runs in it (`[client]`): the application freezes
 /// as one, library threads included, as in a GC pause — else `pid` alone.
 fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
+    // 0 would be this process's own group, 1 init: neither is ever a target.
+    if pid <= 1 {
+        return Err(nix::errno::Errno::ESRCH);
+    }
     let p = Pid::from_raw(pid as i32);
     match nix::unistd::getpgid(Some(p)) {
         Ok(g) if g == p => nix::sys::signal::killpg(p, sig),
@@ -97,6 +101,7 @@ fn name(svc: Service) -> String {
     match svc {
         Service::Member(i) => format!("member {i}"),
         Service::Storage => "the storage".into(),
+        Service::Worker(w) => format!("worker {w}"),
     }
 }
 
@@ -109,19 +114,22 @@ pub fn cont(pid: u32) -> nix::Result<()> {
 }
 
 pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
+    let by_backend = n.world.workers_by_backend;
     let services: Vec<Service> = match target {
         Resolved::Members(m) => m.iter().map(|m| Service::Member(m.member)).collect(),
         Resolved::Storage => vec![Service::Storage],
+        Resolved::Workers(v) if by_backend => v.iter().map(|v| Service::Worker(v.worker)).collect(),
         _ => Vec::new(),
     };
     let pids: Vec<u32> = match target {
-        Resolved::Workers(v) => v.iter().map(|v| v.pid).collect(),
+        Resolved::Workers(v) if !by_backend => v.iter().map(|v| v.pid).collect(),
         _ => Vec::new(),
     };
     let mut done = Vec::new();
     let mut errors = Vec::new();
-    // Workers are host processes the nemesis freezes itself; etcd and the storage
-    // are the backend's to freeze (a process or a container).
+    // Workers are host processes the nemesis freezes itself (unless they are
+    // pods of another node); etcd and the storage are the backend's to freeze
+    // (a process, a container, a pod's program).
     let mut stopped = Vec::new();
     for pid in pids {
         // Registered before the signal, so a cancelled run still continues it.

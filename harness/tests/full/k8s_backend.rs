@@ -753,7 +753,9 @@ impl Drop for SecondNode {
 /// node's address and advertised a proxy on this machine's; the storage's
 /// journal came back whole (each operation the checks counted is in it); the
 /// node's engine pulled the member's and the storage's images; nothing of the
-/// run is left.
+/// run is left. Then `redlock-majority-clock-jump` there: every step of two
+/// Redis pods' clocks seen in the instances' own `TIME` (the pods' offset files
+/// replaced by the agent), and the overlaps it is there to show.
 #[test]
 fn kill_on_a_node_that_is_not_this_machine_passes_and_leaves_nothing() {
     if !docker::docker_or_skip("k8s_backend") {
@@ -780,33 +782,63 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         .expect("the registry's port");
     let dir = kubeconfig.parent().expect("the state directory");
     let _second = SecondNode::up(dir, port);
-    let text = std::fs::read_to_string(repo_root().join("scenarios/kill.toml")).expect("kill.toml");
-    let file = work.join("kill-second-node.toml");
-    std::fs::write(
-        &file,
-        text.replacen(
-            "[cluster]\n",
-            &format!(
-                "[cluster]\nnode = \"{}\"\nregistry = \"{}\"\n",
-                SecondNode::NAME,
-                reg.name
+    // A shipped scenario, set on the second node through the registry.
+    let run = |name: &str| {
+        let text = std::fs::read_to_string(repo_root().join(format!("scenarios/{name}.toml")))
+            .expect("scenario");
+        let file = work.join(format!("{name}-second-node.toml"));
+        std::fs::write(
+            &file,
+            text.replacen(
+                "[cluster]\n",
+                &format!(
+                    "[cluster]\nnode = \"{}\"\nregistry = \"{}\"\n",
+                    SecondNode::NAME,
+                    reg.name
+                ),
+                1,
             ),
-            1,
-        ),
-    )
-    .expect("write");
-    let out = work.join("kill-second-node");
-    let o = run_file_with_docker_config(kubeconfig, &file, &out, Some(&reg.docker_config));
-    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
-    let r = read_report(&out);
-    assert_eq!(r["passed"], true);
-    assert_eq!(r["run"]["backend"], "kubernetes", "{}", r["run"]);
-    let k = kubernetes_json(&out);
-    assert_eq!(k["node"], SecondNode::NAME, "{k}");
-    assert_eq!(k["remote"]["node_address"], "10.251.0.2", "{k}");
-    assert_eq!(k["remote"]["harness_address"], "10.251.0.1", "{k}");
-    reg.pulled_every_image(&k, 2);
-    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        )
+        .expect("write");
+        let out = work.join(format!("{name}-second-node"));
+        let o = run_file_with_docker_config(kubeconfig, &file, &out, Some(&reg.docker_config));
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
+        let r = read_report(&out);
+        assert_eq!(r["passed"], true, "{name}");
+        assert_eq!(r["run"]["backend"], "kubernetes", "{}", r["run"]);
+        let k = kubernetes_json(&out);
+        assert_eq!(k["node"], SecondNode::NAME, "{k}");
+        assert_eq!(k["remote"]["node_address"], "10.251.0.2", "{k}");
+        assert_eq!(k["remote"]["harness_address"], "10.251.0.1", "{k}");
+        // The member's image, the storage's and the workers' (this fencecheck
+        // binary in it), each pulled by the node's engine.
+        reg.pulled_every_image(&k, 3);
+        let said =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        // The workers ran as pods there, and every one's events came back.
+        let workers = k["workers"].as_array().cloned().unwrap_or_default();
+        assert_eq!(workers.len(), 5, "{name}: {k}");
+        for (i, w) in workers.iter().enumerate() {
+            assert_eq!(w["pod"], format!("worker-{i}"), "{name}: {w}");
+            assert!(n(&w["pod_pid"]) > 1, "{name}: {w}");
+        }
+        let h = history(&out);
+        for i in 0..5u64 {
+            assert!(
+                h.iter().any(|e| e["process"].as_u64() == Some(i)),
+                "{name}: nothing of worker {i} came back: {said}"
+            );
+        }
+        // This kernel's monotonic clock on both sides: the measured offset is
+        // 0 within its uncertainty (half the best round trip).
+        let clock = &k["node_clock"];
+        let offset = clock["offset_ns"].as_i64().expect("offset_ns");
+        let within = clock["uncertainty_ns"].as_i64().expect("uncertainty_ns");
+        assert!(within > 0 && offset.abs() <= within, "{name}: {clock}");
+        (out, r, k, said)
+    };
+
+    let (out, r, k, said) = run("kill");
     let kills = &r["fault_counts"][0];
     assert_eq!(kills["kind"], "kill", "{}", r["fault_counts"]);
     assert!(kills["injected"].as_u64().unwrap_or(0) > 0, "{kills}");
@@ -835,6 +867,51 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     );
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's run");
+
+    // The holder's pause, through the agent in its worker pod there: each
+    // confirmed from the pod's /proc, and the stale writes it is there to show
+    // were refused.
+    let (_out, r, k, said) = run("pause");
+    let pauses = &r["fault_counts"][0];
+    assert_eq!(pauses["kind"], "pause", "{}", r["fault_counts"]);
+    assert!(n(&pauses["injected"]) > 0, "{pauses}: {said}");
+    assert_eq!(pauses["confirmed"], pauses["injected"], "{pauses}");
+    assert!(
+        n(&r["checks"]["fencing"]["stale_rejected"]) > 0,
+        "{}",
+        r["checks"]["fencing"]
+    );
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's pause run");
+
+    // Two Redis masters' clocks stepped on the node: the pods' own offset files,
+    // replaced by the agent's `put`; each step seen in the instance's TIME.
+    let (_out, r, k, said) = run("redlock-majority-clock-jump");
+    let jumps: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == "clock-jump")
+        .collect();
+    assert!(!jumps.is_empty(), "no clock jump: {said}");
+    for j in &jumps {
+        assert_eq!(j["outcome"], "ok", "{j}");
+        assert!(j["detail"]["unconfirmed"].is_null(), "{j}");
+        let done = j["detail"]["done"].as_array().expect("done");
+        assert_eq!(done.len(), 2, "{j}");
+        for d in done {
+            let us = |k: &str| d[k].as_i64().unwrap_or_else(|| panic!("{k}: {j}"));
+            let moved = us("instance_time_after_us") - us("instance_time_before_us");
+            assert!(moved >= 9_000_000, "{j}");
+        }
+    }
+    assert!(
+        n(&r["checks"]["mutex"]["overlaps"]) > 0,
+        "{}",
+        r["checks"]["mutex"]
+    );
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's clock-jump run");
 }
 
 /// The namespaces whose names start with `fencecheck-` (a run's).

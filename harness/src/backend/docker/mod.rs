@@ -315,6 +315,9 @@ impl DockerBackend {
                     .with_context(|| format!("docker pause {}", self.storage.name()))?;
                 self.storage.name().to_string()
             }
+            Service::Worker(_) => anyhow::bail!(
+                "a worker is paused by the nemesis on this backend, not by the backend"
+            ),
         };
         Ok(serde_json::json!({ "action": "docker pause", "container": name }))
     }
@@ -324,6 +327,9 @@ impl DockerBackend {
         let c = match who {
             Service::Member(i) => self.member(i)?.container()?.clone(),
             Service::Storage => self.storage.container()?.clone(),
+            Service::Worker(_) => anyhow::bail!(
+                "a worker is paused by the nemesis on this backend, not by the backend"
+            ),
         };
         container::paused(&self.docker, &c).await
     }
@@ -339,6 +345,9 @@ impl DockerBackend {
                     .await?
                     .with_context(|| format!("docker unpause {}", self.storage.name()))
             }
+            Service::Worker(_) => anyhow::bail!(
+                "a worker is paused by the nemesis on this backend, not by the backend"
+            ),
         }
     }
 
@@ -403,12 +412,13 @@ impl DockerBackend {
         let mut paused: Vec<Service> = std::mem::take(&mut self.paused).into_iter().collect();
         paused.sort_by_key(|s| match s {
             Service::Member(i) => *i,
-            Service::Storage => usize::MAX,
+            Service::Storage | Service::Worker(_) => usize::MAX,
         });
         for who in paused {
             let name = match who {
                 Service::Member(i) => self.members.get(i).map(|m| m.name().to_string()),
                 Service::Storage => Some(self.storage.name().to_string()),
+                Service::Worker(_) => None,
             };
             if self.resume(who).await.is_ok() {
                 done.push(format!("unpaused container {}", name.unwrap_or_default()));

@@ -29,8 +29,11 @@
 //!   the members and the storage listen on the node's address, the peer proxies
 //!   on this machine's address on the route to it; a pod's run directory is an
 //!   empty one of its own, the members' files come in a ConfigMap the agent puts
-//!   in place, the storage's journal is followed back through exec; the workers
-//!   stay processes of this machine, and a member clock step is refused.
+//!   in place, the storage's journal is followed back through exec (put in
+//!   this machine's monotonic clock: `node_clock`); the workers are pods there
+//!   too unless `workers::on_remote` says why not; a member's clock steps
+//!   through the pod's own copy of its offset file, replaced by the agent's
+//!   `put`.
 //! - Clean-up: `stop` deletes the namespace with its pods; a guard does it on drop
 //!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
 
@@ -123,6 +126,15 @@ pub struct KubernetesBackend {
     follows: Vec<pods::Follow>,
     /// Where each member is placed (its files' paths, on a remote node).
     placed: Vec<crate::systems::members::Placement>,
+    /// The worker pods on a node that is not this machine, whose faults go
+    /// through their agents (`Service::Worker`); empty elsewhere.
+    remote_workers: Vec<PodProc>,
+    /// On such a node: the offset of this machine's monotonic clock to the
+    /// node's and its uncertainty, ns (`pods::clock_offset`), measured in the
+    /// first pod that needs it (the storage's, else a worker's).
+    node_clock: Option<(i64, u64)>,
+    /// The worker pods' start gate there (absolute), written by their agents.
+    worker_gate: Option<PathBuf>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -155,6 +167,16 @@ struct Record<'a> {
     ready: Vec<Ready>,
     /// ms from the first pod's creation until every member and the storage served.
     ready_ms: u64,
+    /// On a node that is not this machine, once measured: the offset of this
+    /// machine's monotonic clock to the node's (`pods::clock_offset`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_clock: Option<NodeClock>,
+}
+
+#[derive(serde::Serialize)]
+struct NodeClock {
+    offset_ns: i64,
+    uncertainty_ns: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -233,13 +255,17 @@ impl KubernetesBackend {
         };
         // The workers' too, with a `[client]` adapter's runtime in it: an adapter
         // whose files cannot be packaged stops the run before anything starts.
-        // Not on a node that is not this machine: its workers stay processes here.
-        let in_pods = workers::in_pods(scenario).filter(|_| cluster.remote.is_none());
+        // On a node that is not this machine, with this fencecheck binary in it
+        // (the node does not have it), unless the workers stay processes here
+        // (`workers::on_remote`).
+        let in_pods = workers::in_pods(scenario)
+            .filter(|_| cluster.remote.is_none() || workers::on_remote(scenario).is_ok());
         let worker_image = match in_pods {
             None => None,
             Some(adapter) => {
                 let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
-                let i = crate::images::worker_image(&engine.docker, adapter, say)
+                let binary = cluster.remote.is_some();
+                let i = crate::images::worker_image(&engine.docker, adapter, binary, say)
                     .await
                     .context("the workers' image")?;
                 Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?)
@@ -302,6 +328,9 @@ impl KubernetesBackend {
             pull_secret: None,
             remote: remote.clone(),
             follows: Vec::new(),
+            remote_workers: Vec::new(),
+            node_clock: None,
+            worker_gate: None,
             placed: at.clone(),
         };
         // The reaper first: from here on the run's pods go even if this process is
@@ -363,8 +392,7 @@ impl KubernetesBackend {
         }
         if let Some(r) = &remote {
             say(&format!(
-                "node {} {}: its pods listen on {}, the harness's proxies on {}; the workers \
-                 stay processes of this machine",
+                "node {} {}: its pods listen on {}, the harness's proxies on {}",
                 cluster.node, r.why, r.node_ip, r.harness_ip
             ));
         }
@@ -410,6 +438,7 @@ impl KubernetesBackend {
             pods: Vec::new(),
             ready: Vec::new(),
             ready_ms: 0,
+            node_clock: None,
         };
         let started = backend
             .start_all(
@@ -602,14 +631,19 @@ impl KubernetesBackend {
         }
         // fencecheck's storage writes its journal into its own run directory on
         // a node that is not this machine: followed into this one as written.
+        // Its records are stamped with the node's monotonic clock: put in this
+        // machine's as they come, so they compare with the workers' events.
         if let (Some(_), Some(st), None) = (&self.remote, &self.storage, &self.own) {
+            let pod = st.pod.clone();
+            let (offset, _) = self.node_clock(&pod).await?;
             let journal = run_dir.join(crate::record::rundir::STORAGE_LOG);
             self.follows.push(pods::follow_file(
                 cluster.streams.clone(),
                 self.ns.clone(),
-                st.pod.clone(),
+                pod,
                 journal.display().to_string(),
                 journal,
+                Some(offset),
             ));
         }
         let mut serving = Vec::new();
@@ -653,6 +687,12 @@ impl KubernetesBackend {
             })
             .collect();
         record.ready_ms = serving.iter().map(|s| ms(*s)).max().unwrap_or(0);
+        record.node_clock = self
+            .node_clock
+            .map(|(offset_ns, uncertainty_ns)| NodeClock {
+                offset_ns,
+                uncertainty_ns,
+            });
         if let Ok(j) = serde_json::to_string_pretty(&record) {
             let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
         }
@@ -694,6 +734,10 @@ impl KubernetesBackend {
                 .storage
                 .as_mut()
                 .context("the storage is not fencecheck's (yours): it is not in the cluster"),
+            Service::Worker(w) => self
+                .remote_workers
+                .get_mut(w as usize)
+                .context("that worker's faults are the nemesis's signals, not its pod's agent"),
         }
     }
 
@@ -755,19 +799,67 @@ impl KubernetesBackend {
         }))
     }
 
-    /// The node, when it is not this machine (the workers stay processes of
-    /// this machine then: `run.rs`).
+    /// The node, when it is not this machine.
     pub fn remote(&self) -> Option<&connect::Remote> {
         self.remote.as_ref()
     }
 
-    /// SIGKILL of member `i`'s program; its pod, data and address stay.
-    /// Member `i`'s clockshim offset file, when its spec runs it under clockshim
-    /// (the pod's image has clockshim at its path on this machine).
-    pub fn clock_file(&self, i: usize) -> Result<Option<&Path>> {
-        Ok(self.clocks.get(i).context("no such member")?.as_deref())
+    /// The offset of this machine's monotonic clock to the node's, and its
+    /// uncertainty (ns), measured in `pod` the first time it is asked for.
+    async fn node_clock(&mut self, pod: &str) -> Result<(i64, u64)> {
+        if let Some(c) = self.node_clock {
+            return Ok(c);
+        }
+        let c = pods::clock_offset(&self.pods, pod)
+            .await
+            .context("the node's monotonic clock")?;
+        self.node_clock = Some(c);
+        let file = self.run_dir.join(RECORD);
+        if let Some(mut r) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        {
+            r["node_clock"] = serde_json::json!({ "offset_ns": c.0, "uncertainty_ns": c.1 });
+            if let Ok(j) = serde_json::to_string_pretty(&r) {
+                let _ = std::fs::write(&file, j + "\n");
+            }
+        }
+        Ok(c)
     }
 
+    /// The node, when it is not this machine and the workers are pods there
+    /// (`workers::on_remote`).
+    pub fn workers_remote(&self) -> Option<&connect::Remote> {
+        self.remote.as_ref().filter(|_| self.worker_image.is_some())
+    }
+
+    /// Steps member `i`'s clock by `ns` through its clockshim offset file, when
+    /// its spec runs it under clockshim (the pod's image has clockshim at its
+    /// path on this machine). The run directory's file is the one the pod reads
+    /// on this machine's node; on a node that is not this machine, the pod has
+    /// its own copy (the ConfigMap's, put in place by the agent), which the
+    /// agent's `put` replaces with the new offset, and the run directory's stays
+    /// the record of it.
+    pub async fn step_clock(&mut self, i: usize, ns: i64) -> Result<(i64, i64)> {
+        let file = self
+            .clocks
+            .get(i)
+            .context("no such member")?
+            .clone()
+            .context("this member runs without clockshim: its clock cannot be stepped")?;
+        let (old, new) = crate::clockshim::step_ns(&file, ns)?;
+        if self.remote.is_some() {
+            let pod = self.proc_of(Service::Member(i))?.pod.clone();
+            if let Err(e) = pods::put(&self.pods, &pod, &file, &new.to_string()).await {
+                // The record goes back to what the pod still reads.
+                let _ = crate::clockshim::write_offset(&file, old);
+                return Err(e);
+            }
+        }
+        Ok((old, new))
+    }
+
+    /// SIGKILL of member `i`'s program; its pod, data and address stay.
     pub async fn kill_member(&mut self, i: usize) -> Result<serde_json::Value> {
         self.kill(Service::Member(i)).await
     }
@@ -800,6 +892,7 @@ impl KubernetesBackend {
         let mut paused: Vec<Service> = self.paused.iter().copied().collect();
         paused.sort_by_key(|s| match s {
             Service::Member(i) => *i,
+            Service::Worker(w) => usize::MAX / 2 + *w as usize,
             Service::Storage => usize::MAX,
         });
         for who in paused {
@@ -822,6 +915,7 @@ impl KubernetesBackend {
         match who {
             Service::Member(i) => self.members.get(i).map(|m| m.what.clone()),
             Service::Storage => self.storage.as_ref().map(|s| s.what.clone()),
+            Service::Worker(w) => self.remote_workers.get(w as usize).map(|s| s.what.clone()),
         }
         .unwrap_or_default()
     }

@@ -407,15 +407,19 @@ pub fn stream_log(
 }
 
 /// Follows `path` in the pod's container (the agent's `follow`, exec through
-/// the API server) into `local`, appended and flushed as it comes. A stream
-/// that breaks is opened again from the bytes already there. `finish` ends it
-/// with every byte the file has by then.
+/// the API server) into `local`, line by line, appended and flushed as each
+/// line comes whole. A stream that breaks is opened again after the last whole
+/// line. `finish` ends it with every byte the file has by then (a last line
+/// cut short too: nothing is dropped). With `shift`, each line's `time_ns` (a
+/// JSON line's) has it added: a journal stamped with a node's monotonic clock,
+/// put in this machine's (`clock_offset`).
 pub fn follow_file(
     client: kube::Client,
     ns: String,
     pod: String,
     path: String,
     local: PathBuf,
+    shift: Option<i64>,
 ) -> Follow {
     let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
     let pods: Api<Pod> = Api::namespaced(client, &ns);
@@ -431,9 +435,12 @@ pub fn follow_file(
                 return;
             }
         };
+        // Bytes of whole lines written here; what follows them, not yet whole.
         let mut done: u64 = 0;
+        let mut pending: Vec<u8> = Vec::new();
         let mut last = false;
         loop {
+            pending.clear();
             let at = done.to_string();
             let mut cmd = vec![AGENT, "follow", path.as_str(), at.as_str()];
             if last {
@@ -453,14 +460,23 @@ pub fn follow_file(
                     if n == 0 {
                         return Ok::<_, anyhow::Error>(());
                     }
-                    file.write_all(&buf[..n])?;
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = pending.drain(..=end).collect();
+                        file.write_all(&shifted(&line, shift))?;
+                        done += line.len() as u64;
+                    }
                     file.flush()?;
-                    done += n as u64;
                 }
             };
             if last {
                 if let Err(e) = copied.await {
                     tracing::warn!("the last of {path} in pod {pod}: {e:#}");
+                }
+                // A last line cut short (its writer killed), as it is.
+                if !pending.is_empty() {
+                    let _ = file.write_all(&pending);
+                    let _ = file.flush();
                 }
                 return;
             }
@@ -478,6 +494,28 @@ pub fn follow_file(
     Follow { task, finish: tx }
 }
 
+/// `line` (ending in its newline) with `shift` added to its `time_ns`; as it
+/// is when there is no shift or it is not a JSON object with one.
+fn shifted(line: &[u8], shift: Option<i64>) -> std::borrow::Cow<'_, [u8]> {
+    let Some(by) = shift.filter(|&b| b != 0) else {
+        return line.into();
+    };
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return line.into();
+    };
+    let Some(t) = v.get("time_ns").and_then(serde_json::Value::as_u64) else {
+        return line.into();
+    };
+    v["time_ns"] = t.saturating_add_signed(by).into();
+    match serde_json::to_vec(&v) {
+        Ok(mut out) => {
+            out.push(b'\n');
+            out.into()
+        }
+        Err(_) => line.into(),
+    }
+}
+
 /// A file followed out of a pod (`follow_file`).
 pub struct Follow {
     task: tokio::task::JoinHandle<()>,
@@ -492,5 +530,104 @@ impl Follow {
         if tokio::time::timeout(within, self.task).await.is_err() {
             abort.abort();
         }
+    }
+}
+
+/// How many times `clock_offset` asks the node's clock.
+const CLOCK_SAMPLES: usize = 16;
+/// How long `clock_offset` may take in all.
+const CLOCK_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The node's monotonic clock against this machine's, as NTP measures it: the
+/// agent's `clock` in `pod`, asked [`CLOCK_SAMPLES`] times through one exec;
+/// from the answer with the shortest round trip, the offset (this machine's
+/// clock minus the node's, at the middle of that round trip, ns) and its
+/// uncertainty (half that round trip). A node's `CLOCK_MONOTONIC` counts from
+/// its own boot: a worker there adds the offset to its clock, so its events
+/// compare with the harness's.
+pub async fn clock_offset(pods: &Api<Pod>, pod: &str) -> Result<(i64, u64)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let ask = async {
+        let ap = kube::api::AttachParams::default()
+            .container(CONTAINER)
+            .stdin(true)
+            .stdout(true)
+            .stderr(false);
+        let mut p = pods
+            .exec(pod, [AGENT, "clock"], &ap)
+            .await
+            .with_context(|| format!("exec {AGENT} clock in pod {pod}"))?;
+        let mut stdin = p.stdin().context("exec: no stdin stream")?;
+        let mut lines =
+            tokio::io::BufReader::new(p.stdout().context("exec: no stdout stream")?).lines();
+        let now = fencecheck_storage::raw_monotonic_ns;
+        // (round trip, offset) of the best sample.
+        let mut best: Option<(u64, i64)> = None;
+        for _ in 0..CLOCK_SAMPLES {
+            let t0 = now();
+            stdin
+                .write_all(b"?\n")
+                .await
+                .context("asking the node's clock")?;
+            stdin.flush().await.context("asking the node's clock")?;
+            let line = lines
+                .next_line()
+                .await
+                .context("reading the node's clock")?
+                .context("the agent's clock ended")?;
+            let t1 = now();
+            let theirs: u64 = line
+                .trim()
+                .parse()
+                .with_context(|| format!("the agent's clock said {line:?}"))?;
+            let rtt = t1.saturating_sub(t0);
+            let mid = (i128::from(t0) + i128::from(t1)) / 2;
+            let offset = i64::try_from(mid - i128::from(theirs))
+                .context("the node's clock is out of range")?;
+            if best.is_none_or(|(r, _)| rtt < r) {
+                best = Some((rtt, offset));
+            }
+        }
+        drop(stdin);
+        let _ = p.join().await;
+        let (rtt, offset) = best.context("no sample of the node's clock")?;
+        Ok::<_, anyhow::Error>((offset, rtt / 2))
+    };
+    tokio::time::timeout(CLOCK_DEADLINE, ask)
+        .await
+        .with_context(|| {
+            format!("pod {pod}: the node's clock did not answer within {CLOCK_DEADLINE:?}")
+        })?
+}
+
+/// Replaces `path` in `pod` with `text`, whole (the agent's `put`).
+pub async fn put(pods: &Api<Pod>, pod: &str, path: &Path, text: &str) -> Result<()> {
+    let path = path.display().to_string();
+    let out = crate::cluster::exec::exec(pods, pod, CONTAINER, &[AGENT, "put", &path, text])
+        .await
+        .with_context(|| format!("pod {pod}: the agent's put of {path}"))?;
+    if out.code != 0 {
+        bail!(
+            "pod {pod}: the agent's put of {path}: {}",
+            out.stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shifted;
+
+    #[test]
+    fn a_journal_line_is_put_in_this_machines_clock() {
+        let line = b"{\"seq\":1,\"time_ns\":1000}\n";
+        let out = shifted(line, Some(-400));
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("json");
+        assert_eq!(v["time_ns"], 600);
+        assert_eq!(v["seq"], 1);
+        assert!(out.ends_with(b"\n"));
+        assert_eq!(&*shifted(line, None), &line[..]);
+        assert_eq!(&*shifted(b"not json\n", Some(5)), b"not json\n");
     }
 }

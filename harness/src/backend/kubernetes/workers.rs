@@ -9,6 +9,16 @@
 //! the gate file before it opens a session, and the run opens it once every pod
 //! runs, so all start together and the run's clock starts then.
 //!
+//! On a node that is not this machine (`connect::Remote`) the pods run this
+//! fencecheck binary from their image, in a run directory of their own: each
+//! worker's events are followed back into the run directory as they are
+//! written (`pods::follow_file`), the gate is written into each pod by its
+//! agent (`put`), with the offset of the harness's monotonic clock to the
+//! node's (`pods::clock_offset`, which the worker adds to its own), and a
+//! worker's pause is its agent's `stop` and `cont` (`Service::Worker`), read
+//! back from the pod's `/proc`. What that cannot do keeps the workers
+//! processes of this machine ([`on_remote`]).
+//!
 //! Faults on a worker are signals from the node, as Chaos Mesh's chaos-daemon
 //! sends them: the worker's pid on this machine is found from its container
 //! (the engine's pid of the agent, PID 1 in the pod, and the agent's child), and
@@ -23,6 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 
 use super::{pods, KubernetesBackend};
 
@@ -41,6 +54,36 @@ pub fn in_pods(s: &crate::scenario::Scenario) -> Option<Option<(PathBuf, Vec<Pat
     }
 }
 
+/// Whether the workers can be pods on a node that is not this machine, or
+/// why they stay processes of this machine: what the agent beside a worker
+/// cannot do as this machine's signals do.
+pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
+    if s.client.is_some() {
+        return Err("a [client] adapter in a pod there is not built".into());
+    }
+    for f in &s.faults {
+        if !f.target.is_worker() {
+            continue;
+        }
+        if f.kind == crate::scenario::FaultKind::ClockJump {
+            return Err(
+                "a worker's clock step there is not built (its confirmation reads \
+                        the worker's /proc)"
+                    .into(),
+            );
+        }
+        if f.aim().is_on() {
+            return Err(
+                "an aimed fault at a worker lands microseconds after its event by \
+                        this machine's signals; through a pod's agent (exec through the \
+                        API server) it takes 84-99 ms"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// How long the worker's process may take to appear under the agent.
 const PID_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -52,16 +95,25 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Where its output goes.
     pub log: PathBuf,
+    /// Its events file (absolute): followed back from a pod on a node that is
+    /// not this machine.
+    pub events: PathBuf,
+    /// Its start gate (absolute): written into such a pod by its agent.
+    pub gate: PathBuf,
 }
 
 /// A worker running in its pod.
 pub struct PodWorker {
     pub name: String,
     pub pod: String,
-    /// The worker's pid on this machine; it leads its process group.
+    /// The worker's pid on this machine; it leads its process group. 0 on a
+    /// node that is not this machine (`remote`).
     pid: u32,
     /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid is not it.
     start: u64,
+    /// On a node that is not this machine: its pod, reached through the API
+    /// (its agent, its status), not this machine's `/proc`.
+    remote: Option<Api<Pod>>,
 }
 
 impl KubernetesBackend {
@@ -79,7 +131,14 @@ impl KubernetesBackend {
             .worker_image
             .clone()
             .context("the scenario's workers are not pods on this backend")?;
-        let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
+        let remote = self.remote.is_some();
+        // On this machine's node, the binary is the node's own; elsewhere, the
+        // image's (`images::worker_image`).
+        let host_files = if remote {
+            Vec::new()
+        } else {
+            vec![std::env::current_exe().context("cannot find the fencecheck binary")?]
+        };
         say(&format!(
             "starting {} worker pod(s) in namespace {}",
             launches.len(),
@@ -88,6 +147,12 @@ impl KubernetesBackend {
         let mut created = Vec::new();
         for l in &launches {
             let name = format!("worker-{}", l.id);
+            let mut env = l.env.clone();
+            if remote {
+                // Its events are followed to the last byte after it ends, which
+                // needs the container still there (`pods::follow_file`).
+                env.push(("FENCECHECK_AGENT_LINGER".into(), "1".into()));
+            }
             let pod = pods::pod(&pods::PodSpecIn {
                 name: name.clone(),
                 run_id: &self.run_id,
@@ -95,49 +160,112 @@ impl KubernetesBackend {
                 node: &self.node,
                 image: &image,
                 program: l.program.clone(),
-                env: l.env.clone(),
+                env,
                 run_dir: &self.run_dir,
-                // Worker pods go only to a node that is this machine (`run.rs`).
-                remote: false,
+                remote,
                 files: None,
                 user: None,
-                host_files: vec![exe.clone()],
+                host_files: host_files.clone(),
                 pull_secret: self.pull_secret.as_deref(),
             });
             pods::create(&self.pods, &pod)
                 .await
                 .with_context(|| format!("worker {} did not start", l.id))?;
-            created.push((name, l.log.clone(), l.id));
+            created.push((name, l));
         }
         let t0 = Instant::now();
         let mut out = Vec::new();
         let mut ready = Vec::new();
-        for (pod, log, id) in created {
+        for (pod, l) in created {
             pods::running(&self.pods, &pod)
                 .await
-                .with_context(|| format!("see {}", log.display()))?;
+                .with_context(|| format!("see {}", l.log.display()))?;
             self.logs.push(pods::stream_log(
                 self.streams.clone(),
                 self.ns.clone(),
                 pod.clone(),
-                log.clone(),
+                l.log.clone(),
             ));
+            if remote {
+                let state = pods::agent(&self.pods, &pod, "state")
+                    .await
+                    .with_context(|| format!("worker {}'s process in pod {pod}", l.id))?;
+                // Its events, here as the pod writes them.
+                // In this machine's clock already: the worker adds the offset.
+                self.follows.push(pods::follow_file(
+                    self.streams.clone(),
+                    self.ns.clone(),
+                    pod.clone(),
+                    l.events.display().to_string(),
+                    l.events.clone(),
+                    None,
+                ));
+                self.remote_workers.push(super::PodProc {
+                    pod: pod.clone(),
+                    what: format!("worker {}", l.id),
+                    log: l.log.clone(),
+                    dead: false,
+                });
+                self.worker_gate = Some(l.gate.clone());
+                ready.push(serde_json::json!({
+                    "pod": pod, "pod_pid": state.get("pid"),
+                    "running_ms": t0.elapsed().as_millis() as u64,
+                }));
+                out.push(PodWorker {
+                    name: format!("worker {}", l.id),
+                    pod,
+                    pid: 0,
+                    start: 0,
+                    remote: Some(self.pods.clone()),
+                });
+                continue;
+            }
             let (pid, start) = self
                 .worker_pid(&pod)
                 .await
-                .with_context(|| format!("worker {id}'s process in pod {pod}"))?;
+                .with_context(|| format!("worker {}'s process in pod {pod}", l.id))?;
             ready.push(serde_json::json!({
                 "pod": pod, "pid": pid, "running_ms": t0.elapsed().as_millis() as u64,
             }));
             out.push(PodWorker {
-                name: format!("worker {id}"),
+                name: format!("worker {}", l.id),
                 pod,
                 pid,
                 start,
+                remote: None,
             });
+        }
+        if let Some(first) = out.first().filter(|_| remote) {
+            let pod = first.pod.clone();
+            let (offset, within) = self.node_clock(&pod).await?;
+            say(&format!(
+                "the node's monotonic clock is {:.3} ms behind this machine's (within \
+                 {:.3} ms); the workers there add that to theirs",
+                offset as f64 / 1e6,
+                within as f64 / 1e6
+            ));
         }
         self.record_workers(&image, ready);
         Ok(out)
+    }
+
+    /// Lets the gated worker pods of a node that is not this machine go: the
+    /// run's end and the clock offset written into each pod by its agent
+    /// (`END OFFSET`), all at once. Elsewhere the pods read the run directory's
+    /// gate, which `run.rs` writes.
+    pub async fn open_remote_gate(&self, end_ns: u64) -> Result<()> {
+        let (Some(gate), Some((offset, _))) = (&self.worker_gate, self.node_clock) else {
+            return Ok(());
+        };
+        let text = format!("{end_ns} {offset}");
+        let puts = self
+            .remote_workers
+            .iter()
+            .map(|w| pods::put(&self.pods, &w.pod, gate, &text));
+        for r in futures_util::future::join_all(puts).await {
+            r?;
+        }
+        Ok(())
     }
 
     /// Adds the worker pods to `kubernetes.json`: each with its worker's pid on
@@ -157,6 +285,7 @@ impl KubernetesBackend {
             i.push(image.into());
         }
         r["workers"] = ready.into();
+
         if let Ok(j) = serde_json::to_string_pretty(&r) {
             let _ = std::fs::write(&file, j + "\n");
         }
@@ -230,14 +359,17 @@ fn start_time(pid: u32) -> Option<u64> {
 }
 
 impl PodWorker {
-    /// The worker's pid on this machine (it leads its process group).
+    /// The worker's pid on this machine (it leads its process group); 0 for a
+    /// pod on a node that is not this machine, whose faults go through its
+    /// agent instead (`Service::Worker`).
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
     /// Still running (a stopped one too), and still the process it was.
-    pub fn alive(&self) -> bool {
-        matches!(stat(self.pid), Some((s, start)) if s != 'Z' && s != 'X' && start == self.start)
+    fn alive(&self) -> bool {
+        self.pid > 1
+            && matches!(stat(self.pid), Some((s, start)) if s != 'Z' && s != 'X' && start == self.start)
     }
 
     fn signal(&self, sig: Signal) {
@@ -246,20 +378,46 @@ impl PodWorker {
         }
     }
 
+    /// Still running, as its agent reads it (a pod on another node).
+    async fn runs_there(&self, pods: &Api<Pod>) -> bool {
+        match pods::agent(pods, &self.pod, "state").await {
+            Ok(a) => a.get("running").and_then(|r| r.as_bool()) != Some(false),
+            // Its agent lingers after the worker: no answer, no pod.
+            Err(_) => false,
+        }
+    }
+
     /// Waits up to `deadline` for the worker to end on its own.
     pub async fn wait_timeout(&self, deadline: Duration) -> bool {
         let t0 = Instant::now();
-        while self.alive() {
+        loop {
+            let alive = match &self.remote {
+                None => self.alive(),
+                Some(pods) => self.runs_there(pods).await,
+            };
+            if !alive {
+                return true;
+            }
             if t0.elapsed() >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let poll = if self.remote.is_some() { 200 } else { 50 };
+            tokio::time::sleep(Duration::from_millis(poll)).await;
         }
-        true
     }
 
-    /// Continues and ends it: SIGTERM and up to `grace`, then SIGKILL.
+    /// Continues and ends it: SIGTERM and up to `grace`, then SIGKILL. A pod on
+    /// another node: its agent's `cont`, up to `grace` to end on its own, then
+    /// its agent's `kill`.
     pub async fn stop(&self, grace: Duration) {
+        if let Some(pods) = &self.remote {
+            let _ = pods::agent(pods, &self.pod, "cont").await;
+            if grace > Duration::ZERO && self.wait_timeout(grace).await {
+                return;
+            }
+            let _ = pods::agent(pods, &self.pod, "kill").await;
+            return;
+        }
         self.signal(Signal::SIGCONT);
         if grace > Duration::ZERO {
             self.signal(Signal::SIGTERM);
