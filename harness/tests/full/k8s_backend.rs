@@ -816,14 +816,20 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         let said =
             String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
         // The workers ran as pods there, and every one's events came back.
+        let resolved: toml::Value =
+            toml::from_str(&std::fs::read_to_string(out.join("scenario.toml")).expect("scenario"))
+                .expect("toml");
+        let count = resolved["workload"]["workers"]
+            .as_integer()
+            .expect("workers") as u64;
         let workers = k["workers"].as_array().cloned().unwrap_or_default();
-        assert_eq!(workers.len(), 5, "{name}: {k}");
+        assert_eq!(workers.len() as u64, count, "{name}: {k}");
         for (i, w) in workers.iter().enumerate() {
             assert_eq!(w["pod"], format!("worker-{i}"), "{name}: {w}");
             assert!(n(&w["pod_pid"]) > 1, "{name}: {w}");
         }
         let h = history(&out);
-        for i in 0..5u64 {
+        for i in 0..count {
             assert!(
                 h.iter().any(|e| e["process"].as_u64() == Some(i)),
                 "{name}: nothing of worker {i} came back: {said}"
