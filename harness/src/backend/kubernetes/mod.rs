@@ -124,8 +124,6 @@ pub struct KubernetesBackend {
     /// Files followed out of pods into the run directory (the storage's
     /// journal on a remote node), finished before the pods go.
     follows: Vec<pods::Follow>,
-    /// Where each member is placed (its files' paths, on a remote node).
-    placed: Vec<crate::systems::members::Placement>,
     /// The worker pods on a node that is not this machine, whose faults go
     /// through their agents (`Service::Worker`); empty elsewhere.
     remote_workers: Vec<PodProc>,
@@ -158,7 +156,7 @@ struct Record<'a> {
     /// When the node is not this machine: its address (where the members
     /// listen), this machine's (where the proxies listen), and why.
     #[serde(skip_serializing_if = "Option::is_none")]
-    remote: Option<serde_json::Value>,
+    remote: Option<RemoteRecord<'a>>,
     /// The images' names as the pods ask for them.
     images: Vec<&'a str>,
     pods: Vec<&'a str>,
@@ -171,6 +169,13 @@ struct Record<'a> {
     /// machine's monotonic clock to the node's (`pods::clock_offset`).
     #[serde(skip_serializing_if = "Option::is_none")]
     node_clock: Option<NodeClock>,
+}
+
+#[derive(serde::Serialize)]
+struct RemoteRecord<'a> {
+    node_address: String,
+    harness_address: String,
+    why: &'a str,
 }
 
 #[derive(serde::Serialize)]
@@ -331,7 +336,6 @@ impl KubernetesBackend {
             remote_workers: Vec::new(),
             node_clock: None,
             worker_gate: None,
-            placed: at.clone(),
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
@@ -419,12 +423,10 @@ impl KubernetesBackend {
             namespace: &ns,
             label: format!("{RUN_LABEL}={run_id}"),
             registry,
-            remote: remote.as_ref().map(|r| {
-                serde_json::json!({
-                    "node_address": r.node_ip.to_string(),
-                    "harness_address": r.harness_ip.to_string(),
-                    "why": r.why,
-                })
+            remote: remote.as_ref().map(|r| RemoteRecord {
+                node_address: r.node_ip.to_string(),
+                harness_address: r.harness_ip.to_string(),
+                why: &r.why,
             }),
             apiserver: match (&on_cluster, svc) {
                 (Some(_), _) => "the cluster's",
@@ -447,6 +449,7 @@ impl KubernetesBackend {
                 &run_dir,
                 scenario,
                 specs,
+                &at,
                 member_image.as_deref(),
                 storage_image.as_deref(),
                 record,
@@ -480,6 +483,7 @@ impl KubernetesBackend {
         run_dir: &Path,
         scenario: &Scenario,
         specs: Vec<MemberSpec>,
+        placed: &[crate::systems::members::Placement],
         member_image: Option<&str>,
         storage_image: Option<&str>,
         mut record: Record<'_>,
@@ -497,7 +501,7 @@ impl KubernetesBackend {
             program.extend(spec.args.iter().cloned());
             // On a node without the run directory: the member's files in a
             // ConfigMap, put in place by the agent before the start.
-            let files = match (&self.remote, self.placed.get(i)) {
+            let files = match (&self.remote, placed.get(i)) {
                 (Some(_), Some(p)) => {
                     let (dirs, files) = member_files(spec, p);
                     let cm = format!("{name}-files");
