@@ -38,7 +38,9 @@
 //! `file<TAB>KEY<TAB>PATH` (the directory's KEY copied to PATH).
 //!
 //! Commands: `stop` (SIGSTOP the group), `cont` (SIGCONT), `kill` (SIGKILL the
-//! group; not restarted by the agent), `start` (PROG again after a kill), `state`.
+//! group; not restarted by the agent), `start` (PROG again after a kill), `state`,
+//! `mapped TEXT` (how many of the group's processes map a file whose path holds
+//! TEXT: `{"pid":12,"processes":2,"with":2}`; a worker's clockshim).
 //! Each answer is the state read back from `/proc/PID/stat` after acting:
 //! `{"pid":12,"state":"T"}`, or `{"running":false}`; a refusal is
 //! `{"error":"..."}`.
@@ -466,6 +468,35 @@ fn error(msg: &str) -> String {
     format!("{{\"error\":\"{}\"}}", escape(msg))
 }
 
+/// How many processes of PROG's group (PROG and the children it started in
+/// it) have `needle` in their `/proc/PID/maps`: a library preloaded into them.
+fn mapped(pid: i32, needle: &str) -> String {
+    let mut all = 0;
+    let mut with = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // After the command name: state, ppid, pgrp.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let zombie = matches!(f.first(), Some(&"Z" | &"X"));
+        if f.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(pid) || zombie {
+            continue;
+        }
+        all += 1;
+        if std::fs::read_to_string(format!("/proc/{p}/maps")).is_ok_and(|m| m.contains(needle)) {
+            with += 1;
+        }
+    }
+    format!("{{\"pid\":{pid},\"processes\":{all},\"with\":{with}}}")
+}
+
 fn running(pid: i32, state: char) -> String {
     format!("{{\"pid\":{pid},\"state\":\"{state}\"}}")
 }
@@ -496,6 +527,12 @@ fn signal_group(pid: i32, sig: libc::c_int) -> Result<(), String> {
 
 fn command(cmd: &str, child: &Mutex<Child>) -> String {
     let pid = lock(child).pid;
+    if let Some(needle) = cmd.strip_prefix("mapped ") {
+        return match pid {
+            None => "{\"running\":false}".to_string(),
+            Some(p) => mapped(p, needle),
+        };
+    }
     match (cmd, pid) {
         ("state", None) => "{\"running\":false}".to_string(),
         ("state", Some(p)) => match proc_state(p) {

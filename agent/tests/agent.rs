@@ -455,3 +455,29 @@ fn a_lingering_agent_stays_after_its_program_ends() {
     };
     assert_eq!(status.code(), Some(128 + 15));
 }
+
+/// `mapped` counts the processes of the program's group (the program and the
+/// child it started) that map a file by a part of its path: the C library is
+/// in both, a name that is nowhere in none.
+#[test]
+fn mapped_counts_the_groups_processes_that_map_a_file() {
+    let a = start(&["/bin/sh", "-c", "/bin/sleep 1000 & wait"]);
+    let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
+    // Until the shell has started its child.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut o = ok(&a.sock, "mapped libc");
+    while !out(&o).contains("\"processes\":2") {
+        assert!(Instant::now() < until, "{}", out(&o));
+        std::thread::sleep(Duration::from_millis(10));
+        o = ok(&a.sock, "mapped libc");
+    }
+    assert_eq!(
+        out(&o),
+        format!("{{\"pid\":{pid},\"processes\":2,\"with\":2}}")
+    );
+    let o = ok(&a.sock, "mapped no-such-library-anywhere.so");
+    assert_eq!(
+        out(&o),
+        format!("{{\"pid\":{pid},\"processes\":2,\"with\":0}}")
+    );
+}

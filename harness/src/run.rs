@@ -409,6 +409,10 @@ fn worker_clocks(run: &Run<'_>) -> Result<HashMap<u32, PathBuf>> {
     for id in 0..s.workload.workers {
         let file = run.dir.join(format!("worker-{id}.clock-offset-ns"));
         crate::clockshim::write_offset(&file, 0)?;
+        // Absolute: a worker pod's run directory is at the same path, and a
+        // pod's working directory is its image's.
+        let file = std::fs::canonicalize(&file)
+            .with_context(|| format!("cannot resolve {}", file.display()))?;
         out.insert(id, file);
     }
     Ok(out)

@@ -113,22 +113,40 @@ async fn jump(n: &Nemesis, m: usize, by: Duration) -> Result<serde_json::Value> 
 /// worker's own clock is not one the harness can ask, and clockshim rereads the
 /// file at most a millisecond later. A worker that is gone, or runs without the
 /// shim, is a step that cannot take effect: unconfirmed, with the reason.
-fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
+///
+/// A worker pod on a node that is not this machine (`workers_by_backend`):
+/// its pod's copy of the offset file is replaced by its agent, which also
+/// reads back which processes of the worker's group map clockshim.
+async fn jump_worker(n: &Nemesis, w: u32, ns: i64) -> Result<serde_json::Value> {
     let Some(file) = n.world.worker_clocks.get(&w) else {
         bail!("worker {w} runs without clockshim");
     };
-    let (old, new) = crate::clockshim::step_ns(file, ns)?;
+    let (old, new, mapped) = if n.world.workers_by_backend {
+        let b = n.world.backend.lock().await;
+        let crate::backend::Backend::Kubernetes(k) = &*b else {
+            bail!("worker {w}'s clock is its pod's, on a backend without pods");
+        };
+        let (old, new, mapped) = k.step_worker_clock(w, file, ns).await?;
+        // None: no process of its group is running.
+        let mapped = mapped
+            .map(|(all, with)| (all as usize, with as usize))
+            .filter(|(all, _)| *all > 0);
+        (old, new, Some(mapped))
+    } else {
+        let (old, new) = crate::clockshim::step_ns(file, ns)?;
+        let mapped = n
+            .world
+            .workers
+            .get(&w)
+            .map(|&pid| shim_mapped(pid, &crate::clockshim::path()));
+        (old, new, mapped)
+    };
     let read = crate::clockshim::read_offset(file);
     let mut d = serde_json::json!({
         "worker": w,
         "offset_ms_before": old / 1_000_000,
         "offset_ms_after": new / 1_000_000,
     });
-    let mapped = n
-        .world
-        .workers
-        .get(&w)
-        .map(|&pid| shim_mapped(pid, &crate::clockshim::path()));
     if let Some(Some((all, with))) = mapped {
         d["processes_with_clockshim"] = format!("{with} of {all}").into();
     }
@@ -210,7 +228,7 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
         -i64::try_from(p.back.as_nanos()).unwrap_or(i64::MAX)
     };
     for &w in &workers {
-        match jump_worker(n, w, ns) {
+        match jump_worker(n, w, ns).await {
             Ok(what) => done.push(what),
             Err(e) => errors.push(format!("worker {w}: {e:#}")),
         }

@@ -782,10 +782,9 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         .expect("the registry's port");
     let dir = kubeconfig.parent().expect("the state directory");
     let _second = SecondNode::up(dir, port);
-    // A shipped scenario, set on the second node through the registry.
-    let run = |name: &str| {
-        let text = std::fs::read_to_string(repo_root().join(format!("scenarios/{name}.toml")))
-            .expect("scenario");
+    // A shipped scenario (or its text), set on the second node through the
+    // registry.
+    let run_text = |name: &str, text: String| {
         let file = work.join(format!("{name}-second-node.toml"));
         std::fs::write(
             &file,
@@ -842,6 +841,11 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         let within = clock["uncertainty_ns"].as_i64().expect("uncertainty_ns");
         assert!(within > 0 && offset.abs() <= within, "{name}: {clock}");
         (out, r, k, said)
+    };
+    let run = |name: &str| {
+        let text = std::fs::read_to_string(repo_root().join(format!("scenarios/{name}.toml")))
+            .expect("scenario");
+        run_text(name, text)
     };
 
     let (out, r, k, said) = run("kill");
@@ -918,6 +922,46 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     );
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's clock-jump run");
+
+    // Electors' clocks stepped back there: fencecheck's own elector (Kubernetes
+    // Lease, on the run's own API server in a pod there), each worker pod's
+    // offset file replaced by its agent, and clockshim seen mapped in every
+    // process of each worker's group by that agent.
+    let text = std::fs::read_to_string(
+        repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml"),
+    )
+    .expect("python-leaselock-clock-jump.toml");
+    let (head, tail) = text.split_once("[client]\n").expect("a [client] table");
+    let tail = tail.split_once("\n\n").expect("the table ends").1;
+    let (_out, r, k, said) = run_text("own-elector-clock-jump", format!("{head}{tail}"));
+    let jumps: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == "clock-jump")
+        .collect();
+    assert!(!jumps.is_empty(), "no clock jump: {said}");
+    for j in &jumps {
+        assert_eq!(j["outcome"], "ok", "{j}");
+        let done = j["detail"]["done"].as_array().expect("done");
+        assert_eq!(done.len(), 3, "{j}");
+        for d in done {
+            assert!(d["unconfirmed"].is_null(), "{j}");
+            assert_eq!(d["processes_with_clockshim"], "1 of 1", "{j}");
+        }
+    }
+    assert!(
+        n(&r["checks"]["fencing"]["stale_accepted"]) > 0,
+        "{}",
+        r["checks"]["fencing"]
+    );
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(
+        rt,
+        kubeconfig,
+        &run_id,
+        "the second node's elector clock-jump run",
+    );
 }
 
 /// The namespaces whose names start with `fencecheck-` (a run's).

@@ -65,13 +65,6 @@ pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
         if !f.target.is_worker() {
             continue;
         }
-        if f.kind == crate::scenario::FaultKind::ClockJump {
-            return Err(
-                "a worker's clock step there is not built (its confirmation reads \
-                        the worker's /proc)"
-                    .into(),
-            );
-        }
         if f.aim().is_on() {
             return Err(
                 "an aimed fault at a worker lands microseconds after its event by \
@@ -82,6 +75,36 @@ pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+impl KubernetesBackend {
+    /// Steps worker `w`'s clock on a node that is not this machine: the run
+    /// directory's offset file (the record) by `ns`, then the pod's own copy
+    /// replaced by its agent (`put`), then how many of the worker's group's
+    /// processes map clockshim, as its agent reads its pod's `/proc`. Returns
+    /// the offsets before and after, and (processes, with clockshim).
+    pub async fn step_worker_clock(
+        &self,
+        w: u32,
+        file: &std::path::Path,
+        ns: i64,
+    ) -> Result<(i64, i64, Option<(u64, u64)>)> {
+        let pod = self
+            .remote_workers
+            .get(w as usize)
+            .map(|p| p.pod.clone())
+            .context("no such worker pod")?;
+        let (old, new) = crate::clockshim::step_ns(file, ns)?;
+        if let Err(e) = pods::put(&self.pods, &pod, file, &new.to_string()).await {
+            let _ = crate::clockshim::write_offset(file, old);
+            return Err(e);
+        }
+        let shim = crate::clockshim::path().display().to_string();
+        let a = pods::agent(&self.pods, &pod, &format!("mapped {shim}")).await?;
+        let count = |k: &str| a.get(k).and_then(serde_json::Value::as_u64);
+        let mapped = count("processes").zip(count("with"));
+        Ok((old, new, mapped))
+    }
 }
 
 /// How long the worker's process may take to appear under the agent.
