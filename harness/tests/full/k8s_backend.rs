@@ -493,14 +493,8 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
     // Python elector believes it leads about 10 s longer, as on the process
     // backend (`clients.rs`). Without the adapter, fencecheck's own elector runs
     // in worker pods, clockshim preloaded there from the worker image.
-    let text = std::fs::read_to_string(
-        repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml"),
-    )
-    .expect("python-leaselock-clock-jump.toml");
     let own = work.path().join("own-elector-clock-jump.toml");
-    let (head, tail) = text.split_once("[client]\n").expect("a [client] table");
-    let tail = tail.split_once("\n\n").expect("the table ends").1;
-    std::fs::write(&own, format!("{head}{tail}")).expect("write");
+    std::fs::write(&own, own_elector_clock_jump()).expect("write");
     let python = repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml");
     for (name, file, pods) in [
         ("python-leaselock-clock-jump", python, 3),
@@ -897,23 +891,10 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     // Two Redis masters' clocks stepped on the node: the pods' own offset files,
     // replaced by the agent's `put`; each step seen in the instance's TIME.
     let (_out, r, k, said) = run("redlock-majority-clock-jump");
-    let jumps: Vec<&Value> = r["faults"]
-        .as_array()
-        .expect("faults")
-        .iter()
-        .filter(|f| f["kind"] == "clock-jump")
-        .collect();
-    assert!(!jumps.is_empty(), "no clock jump: {said}");
-    for j in &jumps {
-        assert_eq!(j["outcome"], "ok", "{j}");
-        assert!(j["detail"]["unconfirmed"].is_null(), "{j}");
-        let done = j["detail"]["done"].as_array().expect("done");
-        assert_eq!(done.len(), 2, "{j}");
-        for d in done {
-            let us = |k: &str| d[k].as_i64().unwrap_or_else(|| panic!("{k}: {j}"));
-            let moved = us("instance_time_after_us") - us("instance_time_before_us");
-            assert!(moved >= 9_000_000, "{j}");
-        }
+    for d in clock_steps(&r, 2, &said) {
+        let us = |k: &str| d[k].as_i64().unwrap_or_else(|| panic!("{k}: {d}"));
+        let moved = us("instance_time_after_us") - us("instance_time_before_us");
+        assert!(moved >= 9_000_000, "{d}");
     }
     assert!(
         n(&r["checks"]["mutex"]["overlaps"]) > 0,
@@ -927,28 +908,9 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     // Lease, on the run's own API server in a pod there), each worker pod's
     // offset file replaced by its agent, and clockshim seen mapped in every
     // process of each worker's group by that agent.
-    let text = std::fs::read_to_string(
-        repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml"),
-    )
-    .expect("python-leaselock-clock-jump.toml");
-    let (head, tail) = text.split_once("[client]\n").expect("a [client] table");
-    let tail = tail.split_once("\n\n").expect("the table ends").1;
-    let (_out, r, k, said) = run_text("own-elector-clock-jump", format!("{head}{tail}"));
-    let jumps: Vec<&Value> = r["faults"]
-        .as_array()
-        .expect("faults")
-        .iter()
-        .filter(|f| f["kind"] == "clock-jump")
-        .collect();
-    assert!(!jumps.is_empty(), "no clock jump: {said}");
-    for j in &jumps {
-        assert_eq!(j["outcome"], "ok", "{j}");
-        let done = j["detail"]["done"].as_array().expect("done");
-        assert_eq!(done.len(), 3, "{j}");
-        for d in done {
-            assert!(d["unconfirmed"].is_null(), "{j}");
-            assert_eq!(d["processes_with_clockshim"], "1 of 1", "{j}");
-        }
+    let (_out, r, k, said) = run_text("own-elector-clock-jump", own_elector_clock_jump());
+    for d in clock_steps(&r, 3, &said) {
+        assert_eq!(d["processes_with_clockshim"], "1 of 1", "{d}");
     }
     assert!(
         n(&r["checks"]["fencing"]["stale_accepted"]) > 0,
@@ -962,6 +924,42 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         &run_id,
         "the second node's elector clock-jump run",
     );
+}
+
+/// Each step of each clock jump in the report, every jump `ok` with `per`
+/// steps, none unconfirmed.
+fn clock_steps(r: &Value, per: usize, said: &str) -> Vec<Value> {
+    let jumps: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == "clock-jump")
+        .collect();
+    assert!(!jumps.is_empty(), "no clock jump: {said}");
+    let mut out = Vec::new();
+    for j in jumps {
+        assert_eq!(j["outcome"], "ok", "{j}");
+        assert!(j["detail"]["unconfirmed"].is_null(), "{j}");
+        let done = j["detail"]["done"].as_array().expect("done");
+        assert_eq!(done.len(), per, "{j}");
+        for d in done {
+            assert!(d["unconfirmed"].is_null(), "{j}");
+            out.push(d.clone());
+        }
+    }
+    out
+}
+
+/// `python-leaselock-clock-jump` without its `[client]` table: fencecheck's
+/// own elector, its clock stepped the same way.
+fn own_elector_clock_jump() -> String {
+    let text = std::fs::read_to_string(
+        repo_root().join("scenarios/clients/python-leaselock-clock-jump.toml"),
+    )
+    .expect("python-leaselock-clock-jump.toml");
+    let (head, tail) = text.split_once("[client]\n").expect("a [client] table");
+    let tail = tail.split_once("\n\n").expect("the table ends").1;
+    format!("{head}{tail}")
 }
 
 /// The namespaces whose names start with `fencecheck-` (a run's).
