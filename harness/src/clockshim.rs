@@ -35,11 +35,6 @@ pub fn write_offset(path: &Path, ns: i64) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
-/// Steps the clock behind `file` forward by `by`; the offsets before and after (ns).
-pub fn step(file: &Path, by: std::time::Duration) -> Result<(i64, i64)> {
-    step_ns(file, i64::try_from(by.as_nanos()).unwrap_or(i64::MAX))
-}
-
 /// Steps the clock behind `file` by `ns` (negative: backward).
 pub fn step_ns(file: &Path, ns: i64) -> Result<(i64, i64)> {
     let old = read_offset(file);
