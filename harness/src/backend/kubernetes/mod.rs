@@ -818,17 +818,26 @@ impl KubernetesBackend {
             .await
             .context("the node's monotonic clock")?;
         self.node_clock = Some(c);
+        self.edit_record(|r| {
+            r["node_clock"] = serde_json::json!({ "offset_ns": c.0, "uncertainty_ns": c.1 });
+        });
+        Ok(c)
+    }
+
+    /// Changes `kubernetes.json` in place (what is learnt after `start_all`
+    /// wrote it); a record that cannot be read is left as it is.
+    fn edit_record(&self, edit: impl FnOnce(&mut serde_json::Value)) {
         let file = self.run_dir.join(RECORD);
-        if let Some(mut r) = std::fs::read_to_string(&file)
+        let Some(mut r) = std::fs::read_to_string(&file)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        {
-            r["node_clock"] = serde_json::json!({ "offset_ns": c.0, "uncertainty_ns": c.1 });
-            if let Ok(j) = serde_json::to_string_pretty(&r) {
-                let _ = std::fs::write(&file, j + "\n");
-            }
+        else {
+            return;
+        };
+        edit(&mut r);
+        if let Ok(j) = serde_json::to_string_pretty(&r) {
+            let _ = std::fs::write(&file, j + "\n");
         }
-        Ok(c)
     }
 
     /// The node, when it is not this machine and the workers are pods there

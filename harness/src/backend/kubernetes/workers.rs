@@ -77,36 +77,6 @@ pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
     Ok(())
 }
 
-impl KubernetesBackend {
-    /// Steps worker `w`'s clock on a node that is not this machine: the run
-    /// directory's offset file (the record) by `ns`, then the pod's own copy
-    /// replaced by its agent (`put`), then how many of the worker's group's
-    /// processes map clockshim, as its agent reads its pod's `/proc`. Returns
-    /// the offsets before and after, and (processes, with clockshim).
-    pub async fn step_worker_clock(
-        &self,
-        w: u32,
-        file: &std::path::Path,
-        ns: i64,
-    ) -> Result<(i64, i64, Option<(u64, u64)>)> {
-        let pod = self
-            .remote_workers
-            .get(w as usize)
-            .map(|p| p.pod.clone())
-            .context("no such worker pod")?;
-        let (old, new) = crate::clockshim::step_ns(file, ns)?;
-        if let Err(e) = pods::put(&self.pods, &pod, file, &new.to_string()).await {
-            let _ = crate::clockshim::write_offset(file, old);
-            return Err(e);
-        }
-        let shim = crate::clockshim::path().display().to_string();
-        let a = pods::agent(&self.pods, &pod, &format!("mapped {shim}")).await?;
-        let count = |k: &str| a.get(k).and_then(serde_json::Value::as_u64);
-        let mapped = count("processes").zip(count("with"));
-        Ok((old, new, mapped))
-    }
-}
-
 /// How long the worker's process may take to appear under the agent.
 const PID_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -291,27 +261,46 @@ impl KubernetesBackend {
         Ok(())
     }
 
+    /// Steps worker `w`'s clock on a node that is not this machine: the run
+    /// directory's offset file (the record) by `ns`, then the pod's own copy
+    /// replaced by its agent (`put`), then how many of the worker's group's
+    /// processes map clockshim, as its agent reads its pod's `/proc`. Returns
+    /// the offsets before and after, and (processes, with clockshim).
+    pub async fn step_worker_clock(
+        &self,
+        w: u32,
+        file: &std::path::Path,
+        ns: i64,
+    ) -> Result<(i64, i64, Option<(u64, u64)>)> {
+        let pod = self
+            .remote_workers
+            .get(w as usize)
+            .map(|p| p.pod.clone())
+            .context("no such worker pod")?;
+        let (old, new) = crate::clockshim::step_ns(file, ns)?;
+        if let Err(e) = pods::put(&self.pods, &pod, file, &new.to_string()).await {
+            let _ = crate::clockshim::write_offset(file, old);
+            return Err(e);
+        }
+        let shim = crate::clockshim::path().display().to_string();
+        let a = pods::agent(&self.pods, &pod, &format!("mapped {shim}")).await?;
+        let count = |k: &str| a.get(k).and_then(serde_json::Value::as_u64);
+        let mapped = count("processes").zip(count("with"));
+        Ok((old, new, mapped))
+    }
+
     /// Adds the worker pods to `kubernetes.json`: each with its worker's pid on
     /// this machine and ms from the first creation until it ran.
     fn record_workers(&self, image: &str, ready: Vec<serde_json::Value>) {
-        let file = self.run_dir.join(super::RECORD);
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            return;
-        };
-        let Ok(mut r) = serde_json::from_str::<serde_json::Value>(&text) else {
-            return;
-        };
-        if let Some(p) = r["pods"].as_array_mut() {
-            p.extend(ready.iter().map(|w| w["pod"].clone()));
-        }
-        if let Some(i) = r["images"].as_array_mut() {
-            i.push(image.into());
-        }
-        r["workers"] = ready.into();
-
-        if let Ok(j) = serde_json::to_string_pretty(&r) {
-            let _ = std::fs::write(&file, j + "\n");
-        }
+        self.edit_record(|r| {
+            if let Some(p) = r["pods"].as_array_mut() {
+                p.extend(ready.iter().map(|w| w["pod"].clone()));
+            }
+            if let Some(i) = r["images"].as_array_mut() {
+                i.push(image.into());
+            }
+            r["workers"] = ready.into();
+        });
     }
 
     /// The pid on this machine of the program the agent runs in `pod`: the
