@@ -41,9 +41,11 @@
 //! group; not restarted by the agent), `start` (PROG again after a kill), `state`,
 //! `mapped TEXT` (how many of the group's processes map a file whose path holds
 //! TEXT: `{"pid":12,"processes":2,"with":2}`; a worker's clockshim).
-//! Each answer is the state read back from `/proc/PID/stat` after acting:
-//! `{"pid":12,"state":"T"}`, or `{"running":false}`; a refusal is
-//! `{"error":"..."}`.
+//! Each answer is the state read back from `/proc/PID/stat` after acting, with
+//! how many processes PROG's group has and how many of them are stopped:
+//! `{"pid":12,"state":"T","processes":2,"stopped":2}`, or `{"running":false}`;
+//! a refusal is `{"error":"..."}`. `stop` and `cont` wait until every process
+//! of the group is stopped, or none is.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -468,11 +470,10 @@ fn error(msg: &str) -> String {
     format!("{{\"error\":\"{}\"}}", escape(msg))
 }
 
-/// How many processes of PROG's group (PROG and the children it started in
-/// it) have `needle` in their `/proc/PID/maps`: a library preloaded into them.
-fn mapped(pid: i32, needle: &str) -> String {
-    let mut all = 0;
-    let mut with = 0;
+/// The live processes of process group `pgrp` (PROG and the children it
+/// started in it; zombies left out) with their states, read from `/proc`.
+fn group(pgrp: i32) -> Vec<(i32, char)> {
+    let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -485,20 +486,67 @@ fn mapped(pid: i32, needle: &str) -> String {
             continue;
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
-        let zombie = matches!(f.first(), Some(&"Z" | &"X"));
-        if f.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(pid) || zombie {
+        let Some(state) = f.first().and_then(|s| s.chars().next()) else {
+            continue;
+        };
+        if f.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(pgrp) || matches!(state, 'Z' | 'X')
+        {
             continue;
         }
-        all += 1;
-        if std::fs::read_to_string(format!("/proc/{p}/maps")).is_ok_and(|m| m.contains(needle)) {
-            with += 1;
-        }
+        out.push((p, state));
     }
-    format!("{{\"pid\":{pid},\"processes\":{all},\"with\":{with}}}")
+    out
 }
 
+/// Stopped by a signal (or a tracer).
+fn is_stopped(state: char) -> bool {
+    matches!(state, 'T' | 't')
+}
+
+/// How many processes of PROG's group have `needle` in their
+/// `/proc/PID/maps`: a library preloaded into them.
+fn mapped(pid: i32, needle: &str) -> String {
+    let members = group(pid);
+    let with = members
+        .iter()
+        .filter(|(p, _)| {
+            std::fs::read_to_string(format!("/proc/{p}/maps")).is_ok_and(|m| m.contains(needle))
+        })
+        .count();
+    format!(
+        "{{\"pid\":{pid},\"processes\":{},\"with\":{with}}}",
+        members.len()
+    )
+}
+
+/// PROG's state and its group's: how many processes it has and how many of
+/// them are stopped (a pause holds only when every one is: an adapter beside
+/// the worker keeps the lock alive on its own).
 fn running(pid: i32, state: char) -> String {
-    format!("{{\"pid\":{pid},\"state\":\"{state}\"}}")
+    let members = group(pid);
+    let stopped = members.iter().filter(|(_, s)| is_stopped(*s)).count();
+    format!(
+        "{{\"pid\":{pid},\"state\":\"{state}\",\"processes\":{},\"stopped\":{stopped}}}",
+        members.len()
+    )
+}
+
+/// Polls the group until every process is stopped (`want`) or none is, up
+/// to [`CONFIRM`]; returns PROG's last state and whether that held.
+fn confirm_group(pid: i32, want: bool) -> (Option<char>, bool) {
+    let until = Instant::now() + CONFIRM;
+    loop {
+        let members = group(pid);
+        let held = !members.is_empty() && members.iter().all(|(_, s)| is_stopped(*s) == want);
+        let s = proc_state(pid);
+        if held {
+            return (s, true);
+        }
+        if Instant::now() >= until {
+            return (s, false);
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
 /// Polls `/proc/PID/stat` until `ok` holds of its state (None: gone), up to
@@ -544,18 +592,22 @@ fn command(cmd: &str, child: &Mutex<Child>) -> String {
             if let Err(e) = signal_group(p, libc::SIGSTOP) {
                 return error(&e);
             }
-            match confirm(p, |s| matches!(s, Some('T' | 't'))) {
+            match confirm_group(p, true) {
                 (Some(s), true) => running(p, s),
-                (s, _) => error(&format!("stop: pid {p} state {s:?} after {CONFIRM:?}")),
+                (s, _) => error(&format!(
+                    "stop: pid {p} state {s:?}, not every process of its group stopped after {CONFIRM:?}"
+                )),
             }
         }
         ("cont", Some(p)) => {
             if let Err(e) = signal_group(p, libc::SIGCONT) {
                 return error(&e);
             }
-            match confirm(p, |s| matches!(s, Some(c) if c != 'T' && c != 't')) {
+            match confirm_group(p, false) {
                 (Some(s), true) => running(p, s),
-                (s, _) => error(&format!("cont: pid {p} state {s:?} after {CONFIRM:?}")),
+                (s, _) => error(&format!(
+                    "cont: pid {p} state {s:?}, a process of its group still stopped after {CONFIRM:?}"
+                )),
             }
         }
         ("kill", Some(p)) => {

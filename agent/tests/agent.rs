@@ -109,7 +109,10 @@ fn stop_cont_kill_start_are_confirmed_from_proc() {
     assert_eq!(pgrp, pid);
 
     let o = ok(&a.sock, "stop");
-    assert_eq!(out(&o), format!("{{\"pid\":{pid},\"state\":\"T\"}}"));
+    assert_eq!(
+        out(&o),
+        format!("{{\"pid\":{pid},\"state\":\"T\",\"processes\":1,\"stopped\":1}}")
+    );
     assert_eq!(proc_state(pid), Some('T'));
     assert_eq!(state_of(&ok(&a.sock, "state")), Some('T'));
 
@@ -480,4 +483,37 @@ fn mapped_counts_the_groups_processes_that_map_a_file() {
         out(&o),
         format!("{{\"pid\":{pid},\"processes\":2,\"with\":0}}")
     );
+}
+
+#[test]
+fn stop_and_cont_are_confirmed_on_every_process_of_the_group() {
+    // A worker with its adapter: two processes of one group, each able to act
+    // on its own (the adapter keeps the lock alive).
+    let a = start(&["/bin/sh", "-c", "/bin/sleep 1000 & wait"]);
+    let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut o = ok(&a.sock, "state");
+    while !out(&o).contains("\"processes\":2") {
+        assert!(Instant::now() < until, "{}", out(&o));
+        std::thread::sleep(Duration::from_millis(10));
+        o = ok(&a.sock, "state");
+    }
+    let o = ok(&a.sock, "stop");
+    assert!(
+        out(&o).ends_with("\"processes\":2,\"stopped\":2}"),
+        "{}",
+        out(&o)
+    );
+    // Read here, not by the agent: both stopped.
+    let kids: Vec<char> = children(pid as u32).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(kids, vec!['T'], "the shell's child");
+    assert_eq!(proc_state(pid), Some('T'));
+    let o = ok(&a.sock, "cont");
+    assert!(
+        out(&o).ends_with("\"processes\":2,\"stopped\":0}"),
+        "{}",
+        out(&o)
+    );
+    let kids: Vec<char> = children(pid as u32).into_iter().map(|(_, s)| s).collect();
+    assert!(matches!(kids.as_slice(), ['S' | 'R']), "{kids:?}");
 }

@@ -237,6 +237,18 @@ impl Backend {
     /// Is the service paused, as the backend's engine tells it? `None` where the
     /// backend has no such state to ask (the process backend: the nemesis looks
     /// at the stopped process in `/proc` instead).
+    /// Who [`Backend::is_paused`] asks, for the pause's confirmation.
+    pub fn pause_witness(&self) -> &'static str {
+        match self {
+            Backend::Process(_) => "nothing",
+            Backend::Docker(_) => "the engine",
+            Backend::Kubernetes(_) => {
+                "its pod's agent (the program and every process of its group stopped, \
+                 in the pod's /proc)"
+            }
+        }
+    }
+
     pub async fn is_paused(&mut self, who: Service) -> Result<Option<bool>> {
         match self {
             Backend::Process(_) => Ok(None),

@@ -74,19 +74,20 @@ async fn confirm(
                 group: true,
             });
         } else {
-            effects.push(match n.world.backend.lock().await.is_paused(*svc).await {
+            let mut backend = n.world.backend.lock().await;
+            let by = backend.pause_witness();
+            effects.push(match backend.is_paused(*svc).await {
                 Ok(Some(true)) => {
-                    FaultEffect::confirmed(format!("{} seen paused by the engine", name(*svc)))
+                    FaultEffect::confirmed(format!("{} seen paused by {by}", name(*svc)))
                 }
-                Ok(Some(false)) => FaultEffect::unconfirmed(format!(
-                    "{} not paused, as the engine tells it",
-                    name(*svc)
-                )),
+                Ok(Some(false)) => {
+                    FaultEffect::unconfirmed(format!("{} not paused, as {by} tells it", name(*svc)))
+                }
                 Ok(None) => {
                     FaultEffect::unchecked(format!("{}: the backend cannot tell", name(*svc)))
                 }
                 Err(e) => {
-                    FaultEffect::unchecked(format!("{}: the engine did not say: {e:#}", name(*svc)))
+                    FaultEffect::unchecked(format!("{}: {by} did not say: {e:#}", name(*svc)))
                 }
             });
         }

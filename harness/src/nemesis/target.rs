@@ -32,6 +32,9 @@ pub fn available(a: &Ask) -> Result<(), String> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Victim {
     pub worker: u32,
+    /// The worker's pid on this machine; 0, and left out of the record, for a
+    /// worker pod on a node that is not this machine (its agent pauses it).
+    #[serde(skip_serializing_if = "is_zero")]
     pub pid: u32,
     /// The worker's session (etcd lease, ZooKeeper session), when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,6 +44,10 @@ pub struct Victim {
     pub revision: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+}
+
+fn is_zero(pid: &u32) -> bool {
+    *pid == 0
 }
 
 #[derive(Debug, Clone, Serialize)]

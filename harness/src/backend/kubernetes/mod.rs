@@ -766,13 +766,15 @@ impl KubernetesBackend {
         Ok(serde_json::json!({
             "action": "agent stop (SIGSTOP)", "pod": pod, "namespace": self.ns,
             "pod_pid": a.get("pid"), "state": a.get("state"),
+            "group_processes": a.get("processes"), "group_stopped": a.get("stopped"),
         }))
     }
 
-    /// Stopped (`T`) as the agent reads the program's /proc state in the pod.
+    /// Stopped as the agent reads the pod's /proc: the program (`T`) and every
+    /// process of its group (a worker's adapter too).
     pub async fn is_paused(&mut self, who: Service) -> Result<bool> {
         let (_, a) = self.agent(who, "state").await?;
-        Ok(a.get("state").and_then(|s| s.as_str()) == Some("T"))
+        Ok(stopped_whole(&a))
     }
 
     pub async fn resume(&mut self, who: Service) -> Result<()> {
@@ -1131,5 +1133,34 @@ impl Drop for KubernetesBackend {
             Ok(Err(e)) => eprintln!("fencecheck: kubernetes clean-up of {}: {e:#}", self.ns),
             Err(_) => eprintln!("fencecheck: kubernetes clean-up of {} panicked", self.ns),
         }
+    }
+}
+
+/// The agent's answer says the program is stopped, and so is every process
+/// of its group.
+fn stopped_whole(a: &serde_json::Value) -> bool {
+    let n = |k: &str| a.get(k).and_then(serde_json::Value::as_u64);
+    a.get("state").and_then(|s| s.as_str()) == Some("T")
+        && matches!((n("processes"), n("stopped")), (Some(all), Some(s)) if all > 0 && s == all)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_pause_holds_only_when_the_whole_group_is_stopped() {
+        let seen = |v| super::stopped_whole(&v);
+        assert!(seen(
+            json!({"pid": 7, "state": "T", "processes": 2, "stopped": 2})
+        ));
+        // The worker stopped, its adapter not: the lock is still kept alive.
+        assert!(!seen(
+            json!({"pid": 7, "state": "T", "processes": 2, "stopped": 1})
+        ));
+        assert!(!seen(
+            json!({"pid": 7, "state": "S", "processes": 1, "stopped": 0})
+        ));
+        assert!(!seen(json!({"running": false})));
     }
 }
