@@ -228,7 +228,8 @@ pub async fn pod_image(docker: &Docker, deploy: &dyn Deploy, say: &dyn Fn(&str))
 ///
 /// With `adapter` (a scenario's `[client]` command and its `pod_files`), the
 /// adapter too, at its paths (`adapter_files`), tagged
-/// `fencecheck/worker-<adapter>-pod:<hash>` (`adapter_name`).
+/// `fencecheck/worker-<adapter>-pod:<hash>` (`adapter_name`; `…-pod-remote` with
+/// the binary).
 pub async fn worker_image(
     docker: &Docker,
     adapter: Option<(&Path, &[PathBuf])>,
@@ -261,7 +262,10 @@ pub async fn worker_image(
             let before: std::collections::HashSet<String> = ctx.files.keys().cloned().collect();
             tokio::task::block_in_place(|| adapter_files(&mut ctx.files, command, files))?;
             keep_own_mtimes(&mut ctx, &before);
-            format!("worker-{}-pod", adapter_name(command))
+            // The name says whether the binary is in it (a node that is not
+            // this machine), as `worker-pod-remote` does.
+            let remote = if binary { "-remote" } else { "" };
+            format!("worker-{}-pod{remote}", adapter_name(command))
         }
     };
     let tag = format!("fencecheck/{name}:{}", ctx.hash());

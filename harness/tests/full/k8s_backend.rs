@@ -888,6 +888,41 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's pause run");
 
+    // A Go application's lock client (etcd's concurrency.Mutex) in each
+    // worker pod there, the worker's child: its image carries the adapter and
+    // this binary, and each pause is confirmed on both processes of the
+    // holder's group, as the pod's agent reads its /proc.
+    let text =
+        std::fs::read_to_string(repo_root().join("scenarios/clients/go-etcd-mutex-pause.toml"))
+            .expect("go-etcd-mutex-pause.toml")
+            .replace(
+                "\"../../clients/",
+                &format!("\"{}/clients/", repo_root().display()),
+            );
+    let (_out, r, k, said) = run_text("go-etcd-mutex-pause", text);
+    assert!(
+        k["images"].as_array().expect("images").iter().any(|i| i
+            .as_str()
+            .is_some_and(|i| i.contains("/fencecheck/worker-go-etcd-mutex-pod-remote:"))),
+        "{k}"
+    );
+    let pauses: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == "pause")
+        .collect();
+    assert!(!pauses.is_empty(), "no pause: {said}");
+    for p in pauses {
+        assert_eq!(p["effect"]["status"], "confirmed", "{p}");
+        for d in p["detail"]["done"].as_array().expect("done") {
+            assert_eq!(d["group_processes"], 2, "the worker and its adapter: {p}");
+            assert_eq!(d["group_stopped"], 2, "{p}");
+        }
+    }
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's adapter run");
+
     // Two Redis masters' clocks stepped on the node: the pods' own offset files,
     // replaced by the agent's `put`; each step seen in the instance's TIME.
     let (_out, r, k, said) = run("redlock-majority-clock-jump");

@@ -58,9 +58,6 @@ pub fn in_pods(s: &crate::scenario::Scenario) -> Option<Option<(PathBuf, Vec<Pat
 /// why they stay processes of this machine: what the agent beside a worker
 /// cannot do as this machine's signals do.
 pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
-    if s.client.is_some() {
-        return Err("a [client] adapter in a pod there is not built".into());
-    }
     for f in &s.faults {
         if !f.target.is_worker() {
             continue;
