@@ -28,6 +28,13 @@
 //!   ends. The harness measures the offset of a node's monotonic clock to its
 //!   own with it (NTP's way: the sample with the shortest round trip).
 //!
+//! - `fencecheck-agent aim FILE NEEDLE SINCE_NS OFFSET_US`: an aimed pause
+//!   fired in the pod: OFFSET after the first line of the worker's events FILE
+//!   that holds NEEDLE (e.g. `"type":"ok","f":"read"`) with a `time_ns` at or
+//!   after SINCE_NS, stops PROG's group as `ctl stop` does and prints
+//!   `{"stopped_ns":N,"answer":{...},"line":{...}}`; a line on stdin, or its
+//!   end, disarms it (`{"disarmed":true}`).
+//!
 //! With `$FENCECHECK_AGENT_LINGER=1`, `run` stays after PROG exits on its own
 //! (until SIGTERM or SIGINT), so what PROG wrote can still be read through exec.
 //!
@@ -67,6 +74,8 @@ const LINGER_ENV: &str = "FENCECHECK_AGENT_LINGER";
 const FILES_ENV: &str = "FENCECHECK_AGENT_FILES";
 /// How often `follow` looks for more of its file.
 const FOLLOW_POLL: Duration = Duration::from_millis(20);
+/// How often `aim` reads its events file (the harness's feed does the same).
+const AIM_POLL: Duration = Duration::from_millis(1);
 /// How long a command waits to see its effect in `/proc` before it says it failed.
 const CONFIRM: Duration = Duration::from_secs(5);
 /// The interval of that poll.
@@ -82,6 +91,7 @@ fn usage() -> ! {
          fencecheck-agent ctl stop|cont|kill|start|state\n       \
          fencecheck-agent follow FILE [OFFSET] [--once]\n       \
          fencecheck-agent put FILE TEXT\n       \
+         fencecheck-agent aim FILE NEEDLE SINCE_NS OFFSET_US\n       \
          fencecheck-agent clock"
     );
     std::process::exit(2)
@@ -132,6 +142,14 @@ fn main() {
                 std::process::exit(1)
             }
         }
+        Some("aim") if args.len() == 5 => {
+            let since: u64 = args[3].parse().unwrap_or_else(|_| usage());
+            let offset_us: u64 = args[4].parse().unwrap_or_else(|_| usage());
+            if let Err(e) = aim(&args[1], &args[2], since, Duration::from_micros(offset_us)) {
+                eprintln!("fencecheck-agent aim {}: {e}", args[1]);
+                std::process::exit(1)
+            }
+        }
         Some("put") if args.len() == 3 => {
             if let Err(e) = put(&args[1], &args[2]) {
                 eprintln!("fencecheck-agent put {}: {e}", args[1]);
@@ -162,6 +180,99 @@ fn clock() -> std::io::Result<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+/// `CLOCK_MONOTONIC` in ns.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Does an events-file line name the aimed event? NEEDLE in its top-level
+/// fields (before any `"detail"`, whose contents are the client's), and a
+/// `time_ns` at or after SINCE.
+fn aimed_at(line: &str, needle: &str, since_ns: u64) -> bool {
+    let head = line.split(",\"detail\":").next().unwrap_or(line);
+    let time = head.split("\"time_ns\":").nth(1).and_then(|t| {
+        let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u64>().ok()
+    });
+    head.contains(needle) && time.is_some_and(|t| t >= since_ns)
+}
+
+/// `aim FILE NEEDLE SINCE_NS OFFSET_US`: an aimed pause, fired in the pod
+/// itself. Reads the worker's events FILE from its start every millisecond;
+/// OFFSET after the first line [`aimed_at`] NEEDLE and SINCE, stops PROG's
+/// group through the agent (as `ctl stop`) and prints one line,
+/// `{"stopped_ns":N,"answer":{...},"line":{...}}` (N this machine's
+/// monotonic clock just before the stop, the answer the agent's to `stop`,
+/// the line the event's). A line on stdin, or its end, disarms it first:
+/// `{"disarmed":true}`. Through exec, an aimed pause lands as soon after its
+/// event as this machine's signals do, not an exec round trip later.
+fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let disarmed = Arc::new(AtomicBool::new(false));
+    {
+        let disarmed = disarmed.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            disarmed.store(true, Ordering::SeqCst);
+        });
+    }
+    let mut out = std::io::stdout().lock();
+    let mut said_disarmed = || -> std::io::Result<()> {
+        writeln!(out, "{{\"disarmed\":true}}")?;
+        out.flush()
+    };
+    let mut file = None;
+    let mut partial: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if disarmed.load(Ordering::SeqCst) {
+            return said_disarmed();
+        }
+        if file.is_none() {
+            file = std::fs::File::open(path).ok();
+        }
+        let mut fired = None;
+        if let Some(f) = file.as_mut() {
+            loop {
+                match f.read(&mut buf)? {
+                    0 => break,
+                    n => partial.extend_from_slice(&buf[..n]),
+                }
+            }
+            while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = partial.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line).trim_end().to_string();
+                if aimed_at(&line, needle, since_ns) {
+                    fired = Some(line);
+                    break;
+                }
+            }
+        }
+        if let Some(line) = fired {
+            std::thread::sleep(offset);
+            if disarmed.load(Ordering::SeqCst) {
+                return said_disarmed();
+            }
+            let at = monotonic_ns();
+            let answer = ask("stop").unwrap_or_else(|e| error(&format!("stop: {e}")));
+            drop(said_disarmed);
+            writeln!(
+                out,
+                "{{\"stopped_ns\":{at},\"answer\":{answer},\"line\":{line}}}"
+            )?;
+            return out.flush();
+        }
+        std::thread::sleep(AIM_POLL);
+    }
 }
 
 /// Replaces `path` with `text` and a newline, whole: a rename over it.
@@ -234,18 +345,21 @@ fn follow(path: &str, offset: u64, once: bool) -> std::io::Result<()> {
     }
 }
 
+/// One request to the agent's socket, its one answer line.
+fn ask(cmd: &str) -> std::io::Result<String> {
+    let mut s = UnixStream::connect(socket_path())?;
+    s.set_read_timeout(Some(CONFIRM + Duration::from_secs(5)))?;
+    s.write_all(format!("{cmd}\n").as_bytes())?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    Ok(line.trim_end().to_string())
+}
+
 /// `ctl CMD`: one request, one answer line.
 fn ctl(cmd: &str) -> i32 {
     let path = socket_path();
-    let answer = (|| -> std::io::Result<String> {
-        let mut s = UnixStream::connect(&path)?;
-        s.set_read_timeout(Some(CONFIRM + Duration::from_secs(5)))?;
-        s.write_all(format!("{cmd}\n").as_bytes())?;
-        s.shutdown(std::net::Shutdown::Write)?;
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line)?;
-        Ok(line.trim_end().to_string())
-    })();
+    let answer = ask(cmd);
     match answer {
         Ok(a) if a.is_empty() => {
             eprintln!("fencecheck-agent ctl: the agent at {path} closed without answering");

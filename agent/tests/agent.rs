@@ -517,3 +517,66 @@ fn stop_and_cont_are_confirmed_on_every_process_of_the_group() {
     let kids: Vec<char> = children(pid as u32).into_iter().map(|(_, s)| s).collect();
     assert!(matches!(kids.as_slice(), ['S' | 'R']), "{kids:?}");
 }
+
+#[test]
+fn aim_stops_the_group_on_the_first_matching_line_and_a_line_on_stdin_disarms_it() {
+    use std::io::{BufRead, BufReader, Write};
+    let a = start(&["/bin/sleep", "1000"]);
+    let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
+    let events = a._tmp.path().join("worker-0.jsonl");
+    let needle = "\"type\":\"ok\",\"f\":\"read\"";
+    let aim = |since: &str| {
+        Command::new(BIN)
+            .args(["aim", events.to_str().expect("utf-8"), needle, since, "0"])
+            .env("FENCECHECK_AGENT_SOCKET", &a.sock)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start aim")
+    };
+    let mut armed = aim("1000");
+    // Lines it must pass over: a read before SINCE, the needle only inside
+    // the client's detail, a write; then the one it fires on.
+    let mut f = std::fs::File::create(&events).expect("events");
+    for line in [
+        "{\"index\":0,\"time_ns\":999,\"process\":0,\"type\":\"ok\",\"f\":\"read\",\"key\":\"k0\"}",
+        "{\"index\":0,\"time_ns\":1100,\"process\":0,\"type\":\"ok\",\"f\":\"acquire\",\"detail\":{\"x\":{\"type\":\"ok\",\"f\":\"read\"}}}",
+        "{\"index\":0,\"time_ns\":1200,\"process\":0,\"type\":\"invoke\",\"f\":\"write\",\"key\":\"k0\"}",
+    ] {
+        writeln!(f, "{line}").expect("write");
+    }
+    f.flush().expect("flush");
+    // A half line waits for its end. (What it fired on is in its answer: a
+    // decoy's time_ns there would fail below.)
+    write!(
+        f,
+        "{{\"index\":0,\"time_ns\":1300,\"process\":0,\"type\":\"ok\","
+    )
+    .expect("write");
+    f.flush().expect("flush");
+    writeln!(f, "\"f\":\"read\",\"key\":\"k0\"}}").expect("write");
+    let mut line = String::new();
+    BufReader::new(armed.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("aim's answer");
+    assert!(armed.wait().expect("aim").success());
+    let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(v["line"]["time_ns"], 1300, "{line}");
+    assert_eq!(v["answer"]["state"], "T", "{line}");
+    assert!(v["stopped_ns"].as_u64().is_some_and(|n| n > 0), "{line}");
+    assert_eq!(proc_state(pid), Some('T'), "read here, not by the agent");
+    ok(&a.sock, "cont");
+
+    // Armed again, past every line there, then disarmed: it says so and
+    // stops nothing.
+    let mut armed = aim("5000");
+    let mut stdin = armed.stdin.take().expect("stdin");
+    writeln!(stdin, "disarm").expect("disarm");
+    let mut line = String::new();
+    BufReader::new(armed.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("aim's answer");
+    assert_eq!(line.trim(), "{\"disarmed\":true}");
+    assert!(armed.wait().expect("aim").success());
+    assert!(matches!(proc_state(pid), Some('S' | 'R')));
+}
