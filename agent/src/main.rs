@@ -29,7 +29,8 @@
 //!   own with it (NTP's way: the sample with the shortest round trip).
 //!
 //! - `fencecheck-agent aim FILE NEEDLE SINCE_NS OFFSET_US`: an aimed pause
-//!   fired in the pod: OFFSET after the first line of the worker's events FILE
+//!   fired in the pod: `{"armed":true}` once it stands at FILE's end, then
+//!   OFFSET after the first line appended to the worker's events FILE
 //!   that holds NEEDLE (e.g. `"type":"ok","f":"read"`) with a `time_ns` at or
 //!   after SINCE_NS, stops PROG's group as `ctl stop` does and prints
 //!   `{"stopped_ns":N,"answer":{...},"line":{...}}`; a line on stdin, or its
@@ -206,9 +207,10 @@ fn aimed_at(line: &str, needle: &str, since_ns: u64) -> bool {
 }
 
 /// `aim FILE NEEDLE SINCE_NS OFFSET_US`: an aimed pause, fired in the pod
-/// itself. Reads the worker's events FILE from its start every millisecond;
-/// OFFSET after the first line [`aimed_at`] NEEDLE and SINCE, stops PROG's
-/// group through the agent (as `ctl stop`) and prints one line,
+/// itself. Says `{"armed":true}` once it stands at the end of the worker's
+/// events FILE (what is there is past), then reads what is appended every
+/// millisecond; OFFSET after the first line [`aimed_at`] NEEDLE and SINCE,
+/// stops PROG's group through the agent (as `ctl stop`) and prints one line,
 /// `{"stopped_ns":N,"answer":{...},"line":{...}}` (N this machine's
 /// monotonic clock just before the stop, the answer the agent's to `stop`,
 /// the line the event's). A line on stdin, or its end, disarms it first:
@@ -226,11 +228,30 @@ fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Re
         });
     }
     let mut out = std::io::stdout().lock();
+    // What is in the file already is past: an event read now would fire the
+    // pause long after it (the exec that started this took ~100 ms). Only
+    // what is written from here on counts.
+    let mut file = std::fs::File::open(path).ok();
+    // A line cut by that seek is no event: what comes before its newline is
+    // dropped.
+    let mut mid_line = false;
+    if let Some(f) = file.as_mut() {
+        use std::io::{Seek, SeekFrom};
+        let end = f.seek(SeekFrom::End(0))?;
+        if end > 0 {
+            let mut last = [0u8; 1];
+            f.seek(SeekFrom::Start(end - 1))?;
+            f.read_exact(&mut last)?;
+            mid_line = last[0] != b'\n';
+        }
+    }
+    // From here on, an event fires it.
+    writeln!(out, "{{\"armed\":true}}")?;
+    out.flush()?;
     let mut said_disarmed = || -> std::io::Result<()> {
         writeln!(out, "{{\"disarmed\":true}}")?;
         out.flush()
     };
-    let mut file = None;
     let mut partial: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -250,6 +271,9 @@ fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Re
             }
             while let Some(end) = partial.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = partial.drain(..=end).collect();
+                if std::mem::take(&mut mid_line) {
+                    continue;
+                }
                 let line = String::from_utf8_lossy(&line).trim_end().to_string();
                 if aimed_at(&line, needle, since_ns) {
                     fired = Some(line);

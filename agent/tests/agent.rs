@@ -519,46 +519,55 @@ fn stop_and_cont_are_confirmed_on_every_process_of_the_group() {
 }
 
 #[test]
-fn aim_stops_the_group_on_the_first_matching_line_and_a_line_on_stdin_disarms_it() {
+fn aim_stops_the_group_on_the_first_new_matching_line_and_a_line_on_stdin_disarms_it() {
     use std::io::{BufRead, BufReader, Write};
     let a = start(&["/bin/sleep", "1000"]);
     let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
     let events = a._tmp.path().join("worker-0.jsonl");
     let needle = "\"type\":\"ok\",\"f\":\"read\"";
+    let read = |t: u64| {
+        format!("{{\"index\":0,\"time_ns\":{t},\"process\":0,\"type\":\"ok\",\"f\":\"read\",\"key\":\"k0\"}}")
+    };
+    // Before it is armed: a matching line (past: it must not fire on it) and
+    // the first half of one (cut: it must not fire on its rest either).
+    let mut f = std::fs::File::create(&events).expect("events");
+    let half = read(2000);
+    let (head, tail) = half.split_at(30);
+    write!(f, "{}\n{head}", read(2000)).expect("write");
+    f.flush().expect("flush");
     let aim = |since: &str| {
-        Command::new(BIN)
+        let mut c = Command::new(BIN)
             .args(["aim", events.to_str().expect("utf-8"), needle, since, "0"])
             .env("FENCECHECK_AGENT_SOCKET", &a.sock)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("start aim")
+            .expect("start aim");
+        let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("armed");
+        assert_eq!(line.trim(), "{\"armed\":true}");
+        (c, out)
     };
-    let mut armed = aim("1000");
-    // Lines it must pass over: a read before SINCE, the needle only inside
-    // the client's detail, a write; then the one it fires on.
-    let mut f = std::fs::File::create(&events).expect("events");
+    let (mut armed, mut out) = aim("1000");
+    // Lines it must pass over: the cut line's rest, a read before SINCE, the
+    // needle only inside the client's detail, a write; then a half line,
+    // which waits for its end, and that line is the one it fires on.
     for line in [
-        "{\"index\":0,\"time_ns\":999,\"process\":0,\"type\":\"ok\",\"f\":\"read\",\"key\":\"k0\"}",
-        "{\"index\":0,\"time_ns\":1100,\"process\":0,\"type\":\"ok\",\"f\":\"acquire\",\"detail\":{\"x\":{\"type\":\"ok\",\"f\":\"read\"}}}",
-        "{\"index\":0,\"time_ns\":1200,\"process\":0,\"type\":\"invoke\",\"f\":\"write\",\"key\":\"k0\"}",
+        tail.to_string(),
+        read(999),
+        "{\"index\":0,\"time_ns\":1100,\"process\":0,\"type\":\"ok\",\"f\":\"acquire\",\"detail\":{\"x\":{\"type\":\"ok\",\"f\":\"read\"}}}".into(),
+        "{\"index\":0,\"time_ns\":1200,\"process\":0,\"type\":\"invoke\",\"f\":\"write\",\"key\":\"k0\"}".into(),
     ] {
         writeln!(f, "{line}").expect("write");
     }
+    let last = read(1300);
+    let (head, tail) = last.split_at(40);
+    write!(f, "{head}").expect("write");
     f.flush().expect("flush");
-    // A half line waits for its end. (What it fired on is in its answer: a
-    // decoy's time_ns there would fail below.)
-    write!(
-        f,
-        "{{\"index\":0,\"time_ns\":1300,\"process\":0,\"type\":\"ok\","
-    )
-    .expect("write");
-    f.flush().expect("flush");
-    writeln!(f, "\"f\":\"read\",\"key\":\"k0\"}}").expect("write");
+    writeln!(f, "{tail}").expect("write");
     let mut line = String::new();
-    BufReader::new(armed.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("aim's answer");
+    out.read_line(&mut line).expect("aim's answer");
     assert!(armed.wait().expect("aim").success());
     let v: serde_json::Value = serde_json::from_str(&line).expect("json");
     assert_eq!(v["line"]["time_ns"], 1300, "{line}");
@@ -567,15 +576,12 @@ fn aim_stops_the_group_on_the_first_matching_line_and_a_line_on_stdin_disarms_it
     assert_eq!(proc_state(pid), Some('T'), "read here, not by the agent");
     ok(&a.sock, "cont");
 
-    // Armed again, past every line there, then disarmed: it says so and
-    // stops nothing.
-    let mut armed = aim("5000");
+    // Armed again, then disarmed: it says so and stops nothing.
+    let (mut armed, mut out) = aim("5000");
     let mut stdin = armed.stdin.take().expect("stdin");
     writeln!(stdin, "disarm").expect("disarm");
     let mut line = String::new();
-    BufReader::new(armed.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("aim's answer");
+    out.read_line(&mut line).expect("aim's answer");
     assert_eq!(line.trim(), "{\"disarmed\":true}");
     assert!(armed.wait().expect("aim").success());
     assert!(matches!(proc_state(pid), Some('S' | 'R')));

@@ -237,6 +237,23 @@ impl Backend {
     /// Is the service paused, as the backend's engine tells it? `None` where the
     /// backend has no such state to ask (the process backend: the nemesis looks
     /// at the stopped process in `/proc` instead).
+    /// Worker pods of a node that is not this machine among `workers`, armed
+    /// for an aimed pause by their agents (`kubernetes::aim`); `None` when
+    /// the workers are this machine's to signal.
+    pub fn arm_workers(&mut self, workers: &[u32]) -> Option<kubernetes::aim::Armed> {
+        match self {
+            Backend::Kubernetes(b) => b.arm(workers),
+            _ => None,
+        }
+    }
+
+    /// Those workers armed no longer; `fired` stays paused.
+    pub fn disarmed(&mut self, workers: &[u32], fired: Option<u32>) {
+        if let Backend::Kubernetes(b) = self {
+            b.disarmed(workers, fired);
+        }
+    }
+
     /// Who [`Backend::is_paused`] asks, for the pause's confirmation.
     pub fn pause_witness(&self) -> &'static str {
         match self {

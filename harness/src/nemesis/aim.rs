@@ -60,6 +60,22 @@ pub fn classify(e: &Event, worker: u32) -> Option<Seen> {
     })
 }
 
+/// The fields a worker's events-file line names `event` by, as the worker
+/// writes them (`"type":"ok","f":"read"`): what an agent armed in a worker pod
+/// looks for (`backend::kubernetes::aim`). `None` for an event no line names.
+pub fn needle(event: AimEvent) -> Option<String> {
+    let (f, kind) = match event {
+        AimEvent::Grant => (F::Acquire, EventType::Ok),
+        AimEvent::Acquire => (F::Acquire, EventType::Invoke),
+        AimEvent::Read => (F::Read, EventType::Ok),
+        AimEvent::Write => (F::Write, EventType::Invoke),
+        AimEvent::Renew => return None,
+    };
+    let kind = serde_json::to_string(&kind).ok()?;
+    let f = serde_json::to_string(&f).ok()?;
+    Some(format!("\"type\":{kind},\"f\":{f}"))
+}
+
 /// Does `seen` fit an aimed fault on `target`? A fault on one worker waits for
 /// that worker's events; every other target takes anyone's.
 pub fn fits(target: Target, seen: &Seen) -> bool {
@@ -214,6 +230,33 @@ mod tests {
                 .iter()
                 .all(|s| s.worker == 1 && s.grant == Some(7) && s.session == Some(99)));
         });
+    }
+
+    #[test]
+    fn each_needle_is_in_the_line_a_worker_writes_for_its_event_and_only_there() {
+        let all = [
+            (EventType::Invoke, F::Acquire),
+            (EventType::Ok, F::Acquire),
+            (EventType::Invoke, F::Read),
+            (EventType::Ok, F::Read),
+            (EventType::Invoke, F::Write),
+            (EventType::Ok, F::Write),
+        ];
+        for aimed in [
+            AimEvent::Grant,
+            AimEvent::Read,
+            AimEvent::Write,
+            AimEvent::Acquire,
+        ] {
+            let needle = needle(aimed).expect("a needle");
+            for (kind, f) in all {
+                let e = event(kind, f);
+                let line = serde_json::to_string(&e).expect("json");
+                let names = classify(&e, 1).is_some_and(|s| s.event == aimed);
+                assert_eq!(line.contains(&needle), names, "{needle} in {line}");
+            }
+        }
+        assert_eq!(needle(AimEvent::Renew), None);
     }
 
     #[test]

@@ -177,8 +177,23 @@ impl Nemesis {
                     .map(|(_, s)| s.clone())
                     .find(|s| aim::fits(p.target, s) && aim::names_victim(p.target, s))
             });
+        // Worker pods of a node that is not this machine: their agents fire
+        // the pause themselves, `offset` after the event (see
+        // `backend::kubernetes::aim`).
+        let in_pods = stopped.is_none()
+            && self.world.workers_by_backend
+            && p.kind == FaultKind::Pause
+            && p.target.is_worker();
+        let mut fired_in_pod = None;
         let seen = match (stopped, feed) {
             (Some(s), _) => Some(s),
+            (None, _) if in_pods => match self.fire_in_pods(p, a, armed_ns, last).await {
+                Some((s, detail)) => {
+                    fired_in_pod = Some(detail);
+                    Some(s)
+                }
+                None => None,
+            },
             (None, Some(feed)) => wait_for(feed, p, a, armed_ns, last).await,
             (None, None) => None,
         };
@@ -202,18 +217,24 @@ impl Nemesis {
             self.record(&end_ev);
             return tokio::time::Instant::now();
         };
-        tokio::time::sleep(a.offset).await;
-        let fired_ns = crate::record::history::monotonic_ns();
+        let fired_ns = match &fired_in_pod {
+            Some(d) => d["stopped_ns"].as_u64().unwrap_or_default(),
+            None => {
+                tokio::time::sleep(a.offset).await;
+                crate::record::history::monotonic_ns()
+            }
+        };
         if let Ok(mut m) = self.aimed.lock() {
-            m.insert(
-                p.id,
-                serde_json::json!({
-                    "event": a.event,
-                    "offset_ms": a.offset.as_millis() as u64,
-                    "seen": seen,
-                    "after_ms": (fired_ns.saturating_sub(seen.time_ns)) as f64 / 1e6,
-                }),
-            );
+            let mut detail = serde_json::json!({
+                "event": a.event,
+                "offset_ms": a.offset.as_millis() as u64,
+                "seen": seen,
+                "after_ms": (fired_ns.saturating_sub(seen.time_ns)) as f64 / 1e6,
+            });
+            if let Some(d) = fired_in_pod {
+                detail["in_pod"] = d;
+            }
+            m.insert(p.id, detail);
         }
         let victim = aim::names_victim(p.target, &seen).then_some(seen);
         let holds_between = p.kind == FaultKind::Pause && a.event == AimEvent::Read;
@@ -225,6 +246,73 @@ impl Nemesis {
             b.retain(|(id, _)| *id != p.id);
         }
         tokio::time::Instant::now()
+    }
+
+    /// An aimed pause fired by the agents of the candidate worker pods (a
+    /// worker named by the target, else every worker): the event it fired
+    /// on, and what the pod's agent said (`in_pod` of the aim's record). The
+    /// victim is left stopped; its pause then confirms and continues it.
+    async fn fire_in_pods(
+        &self,
+        p: &Planned,
+        a: AimAt,
+        armed_ns: u64,
+        last: tokio::time::Instant,
+    ) -> Option<(aim::Seen, serde_json::Value)> {
+        let needle = aim::needle(a.event)?;
+        let mut workers: Vec<u32> = match p.target {
+            Target::Worker(n) => vec![n],
+            _ => self.world.workers.keys().copied().collect(),
+        };
+        workers.sort_unstable();
+        let armed = self.world.backend.lock().await.arm_workers(&workers)?;
+        let fired = match armed.fire(&needle, armed_ns, a.offset, last).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!("aimed pause in the worker pods: {e:#}");
+                None
+            }
+        };
+        let mut backend = self.world.backend.lock().await;
+        backend.disarmed(&workers, fired.as_ref().map(|f| f.worker));
+        let f = fired?;
+        let seen = serde_json::from_str::<Event>(&f.line)
+            .ok()
+            .and_then(|e| aim::classify(&e, f.worker));
+        let Some(seen) = seen else {
+            // Stopped on a line it cannot name: let it go.
+            let _ = backend
+                .resume(crate::backend::Service::Worker(f.worker))
+                .await;
+            tracing::warn!(
+                "worker {} stopped on a line not understood: {}",
+                f.worker,
+                f.line
+            );
+            return None;
+        };
+        let mut detail = serde_json::json!({
+            "pod": f.pod,
+            "stopped_ns": f.stopped_ns,
+            "answer": f.answer,
+            "also_fired": f.also,
+        });
+        // A waiter's acquire names no victim: the target is looked up as at a
+        // time, so the waiter its agent stopped goes on at once (every worker,
+        // that one too, is paused anyway).
+        if !aim::names_victim(p.target, &seen) && p.target != Target::AllWorkers {
+            let cont = backend
+                .resume(crate::backend::Service::Worker(f.worker))
+                .await;
+            detail["continued_at_once"] = serde_json::json!(format!(
+                "worker {} is not the fault's victim{}",
+                f.worker,
+                cont.err()
+                    .map(|e| format!(" (its cont failed: {e:#})"))
+                    .unwrap_or_default()
+            ));
+        }
+        Some((seen, detail))
     }
 
     async fn inject(&self, p: &Planned, aimed: Option<&aim::Seen>) {

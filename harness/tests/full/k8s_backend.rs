@@ -872,10 +872,18 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's run");
 
-    // The holder's pause, through the agent in its worker pod there: each
-    // confirmed from the pod's /proc, and the stale writes it is there to show
-    // were refused.
-    let (_out, r, k, said) = run("pause");
+    // The holder's pause, aimed at its read: fired by the agent in the
+    // holder's worker pod there (the harness's exec would land ~100 ms late),
+    // each confirmed from the pod's /proc, and the stale writes it is there to
+    // show were refused.
+    let text = std::fs::read_to_string(repo_root().join("scenarios/pause.toml"))
+        .expect("pause.toml")
+        .replacen("every = \"5s\"\n", "every = \"5s\"\naim = \"read\"\n", 1);
+    assert!(
+        text.contains("aim = \"read\""),
+        "pause.toml's fault changed"
+    );
+    let (out, r, k, said) = run_text("pause", text);
     let pauses = &r["fault_counts"][0];
     assert_eq!(pauses["kind"], "pause", "{}", r["fault_counts"]);
     assert!(n(&pauses["injected"]) > 0, "{pauses}: {said}");
@@ -885,6 +893,31 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         "{}",
         r["checks"]["fencing"]
     );
+    // Each stopped its worker between the read it was aimed at and that
+    // worker's next event (its write), as the worker's own record shows.
+    for f in r["faults"].as_array().expect("faults") {
+        if f["outcome"] != "ok" {
+            continue;
+        }
+        let aim = &f["detail"]["aim"];
+        let seen = &aim["seen"];
+        assert_eq!(aim["event"], "read", "{aim}");
+        let stopped = n(&aim["in_pod"]["stopped_ns"]);
+        assert!(stopped >= n(&seen["time_ns"]), "{aim}");
+        let w = n(&seen["worker"]);
+        assert_eq!(aim["in_pod"]["pod"], format!("worker-{w}"), "{aim}");
+        let record = std::fs::read_to_string(out.join(format!("worker-{w}.jsonl")))
+            .expect("the worker's events");
+        let next = record
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| n(&e["time_ns"]) > n(&seen["time_ns"]))
+            .unwrap_or_else(|| panic!("nothing of worker {w} after its read: {aim}"));
+        assert!(
+            n(&next["time_ns"]) > stopped,
+            "worker {w} went on before its pause: {next} / {aim}"
+        );
+    }
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's pause run");
 

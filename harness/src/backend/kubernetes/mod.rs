@@ -37,6 +37,7 @@
 //! - Clean-up: `stop` deletes the namespace with its pods; a guard does it on drop
 //!   (an error, a panic, Ctrl-C); after a SIGKILL, the reaper (`reaper.rs`).
 
+pub mod aim;
 pub mod connect;
 pub mod elect;
 pub mod namespace;
@@ -127,6 +128,9 @@ pub struct KubernetesBackend {
     /// The worker pods on a node that is not this machine, whose faults go
     /// through their agents (`Service::Worker`); empty elsewhere.
     remote_workers: Vec<PodProc>,
+    /// Their events files, at the same path in each pod (`aim.rs` reads them
+    /// there).
+    remote_events: Vec<PathBuf>,
     /// On such a node: the offset of this machine's monotonic clock to the
     /// node's and its uncertainty, ns (`pods::clock_offset`), measured in the
     /// first pod that needs it (the storage's, else a worker's).
@@ -334,6 +338,7 @@ impl KubernetesBackend {
             remote: remote.clone(),
             follows: Vec::new(),
             remote_workers: Vec::new(),
+            remote_events: Vec::new(),
             node_clock: None,
             worker_gate: None,
         };
