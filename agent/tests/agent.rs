@@ -459,21 +459,28 @@ fn a_lingering_agent_stays_after_its_program_ends() {
     assert_eq!(status.code(), Some(128 + 15));
 }
 
+/// An agent running a shell that has started a child in its group (a
+/// worker and its adapter), once the agent counts both; and the shell's pid.
+fn a_group_of_two() -> (Agent, i32) {
+    let a = start(&["/bin/sh", "-c", "/bin/sleep 1000 & wait"]);
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut o = ok(&a.sock, "state");
+    while !out(&o).contains("\"processes\":2") {
+        assert!(Instant::now() < until, "{}", out(&o));
+        std::thread::sleep(Duration::from_millis(10));
+        o = ok(&a.sock, "state");
+    }
+    let pid = pid_of(&o).expect("pid");
+    (a, pid)
+}
+
 /// `mapped` counts the processes of the program's group (the program and the
 /// child it started) that map a file by a part of its path: the C library is
 /// in both, a name that is nowhere in none.
 #[test]
 fn mapped_counts_the_groups_processes_that_map_a_file() {
-    let a = start(&["/bin/sh", "-c", "/bin/sleep 1000 & wait"]);
-    let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
-    // Until the shell has started its child.
-    let until = Instant::now() + Duration::from_secs(10);
-    let mut o = ok(&a.sock, "mapped libc");
-    while !out(&o).contains("\"processes\":2") {
-        assert!(Instant::now() < until, "{}", out(&o));
-        std::thread::sleep(Duration::from_millis(10));
-        o = ok(&a.sock, "mapped libc");
-    }
+    let (a, pid) = a_group_of_two();
+    let o = ok(&a.sock, "mapped libc");
     assert_eq!(
         out(&o),
         format!("{{\"pid\":{pid},\"processes\":2,\"with\":2}}")
@@ -489,15 +496,7 @@ fn mapped_counts_the_groups_processes_that_map_a_file() {
 fn stop_and_cont_are_confirmed_on_every_process_of_the_group() {
     // A worker with its adapter: two processes of one group, each able to act
     // on its own (the adapter keeps the lock alive).
-    let a = start(&["/bin/sh", "-c", "/bin/sleep 1000 & wait"]);
-    let pid = pid_of(&ok(&a.sock, "state")).expect("pid");
-    let until = Instant::now() + Duration::from_secs(10);
-    let mut o = ok(&a.sock, "state");
-    while !out(&o).contains("\"processes\":2") {
-        assert!(Instant::now() < until, "{}", out(&o));
-        std::thread::sleep(Duration::from_millis(10));
-        o = ok(&a.sock, "state");
-    }
+    let (a, pid) = a_group_of_two();
     let o = ok(&a.sock, "stop");
     assert!(
         out(&o).ends_with("\"processes\":2,\"stopped\":2}"),

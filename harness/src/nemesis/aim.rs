@@ -185,6 +185,16 @@ mod tests {
     use super::*;
     use crate::record::history::{EventWriter, Process};
 
+    /// A hold's events, in the order a worker records them.
+    const EVERY_EVENT: [(EventType, F); 6] = [
+        (EventType::Invoke, F::Acquire),
+        (EventType::Ok, F::Acquire),
+        (EventType::Invoke, F::Read),
+        (EventType::Ok, F::Read),
+        (EventType::Invoke, F::Write),
+        (EventType::Ok, F::Write),
+    ];
+
     fn event(kind: EventType, f: F) -> Event {
         let mut e = Event::new(Process::Worker(1), kind, f);
         e.key = Some("k0".into());
@@ -206,14 +216,7 @@ mod tests {
             let mut rx = feed.subscribe();
             // The file appears after the feed started, as a worker's does.
             let mut w = EventWriter::create(&path).expect("writer");
-            for (k, f) in [
-                (EventType::Invoke, F::Acquire),
-                (EventType::Ok, F::Acquire),
-                (EventType::Invoke, F::Read),
-                (EventType::Ok, F::Read),
-                (EventType::Invoke, F::Write),
-                (EventType::Ok, F::Write),
-            ] {
+            for (k, f) in EVERY_EVENT {
                 w.write(&event(k, f)).expect("write");
             }
             let mut got = Vec::new();
@@ -234,14 +237,6 @@ mod tests {
 
     #[test]
     fn each_needle_is_in_the_line_a_worker_writes_for_its_event_and_only_there() {
-        let all = [
-            (EventType::Invoke, F::Acquire),
-            (EventType::Ok, F::Acquire),
-            (EventType::Invoke, F::Read),
-            (EventType::Ok, F::Read),
-            (EventType::Invoke, F::Write),
-            (EventType::Ok, F::Write),
-        ];
         for aimed in [
             AimEvent::Grant,
             AimEvent::Read,
@@ -249,7 +244,7 @@ mod tests {
             AimEvent::Acquire,
         ] {
             let needle = needle(aimed).expect("a needle");
-            for (kind, f) in all {
+            for (kind, f) in EVERY_EVENT {
                 let e = event(kind, f);
                 let line = serde_json::to_string(&e).expect("json");
                 let names = classify(&e, 1).is_some_and(|s| s.event == aimed);
