@@ -248,15 +248,11 @@ fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Re
     // From here on, an event fires it.
     writeln!(out, "{{\"armed\":true}}")?;
     out.flush()?;
-    let mut said_disarmed = || -> std::io::Result<()> {
-        writeln!(out, "{{\"disarmed\":true}}")?;
-        out.flush()
-    };
     let mut partial: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if disarmed.load(Ordering::SeqCst) {
-            return said_disarmed();
+            return said_disarmed(&mut out);
         }
         if file.is_none() {
             file = std::fs::File::open(path).ok();
@@ -284,11 +280,10 @@ fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Re
         if let Some(line) = fired {
             std::thread::sleep(offset);
             if disarmed.load(Ordering::SeqCst) {
-                return said_disarmed();
+                return said_disarmed(&mut out);
             }
             let at = monotonic_ns();
             let answer = ask("stop").unwrap_or_else(|e| error(&format!("stop: {e}")));
-            drop(said_disarmed);
             writeln!(
                 out,
                 "{{\"stopped_ns\":{at},\"answer\":{answer},\"line\":{line}}}"
@@ -297,6 +292,12 @@ fn aim(path: &str, needle: &str, since_ns: u64, offset: Duration) -> std::io::Re
         }
         std::thread::sleep(AIM_POLL);
     }
+}
+
+/// `aim`'s answer when it was disarmed before it fired.
+fn said_disarmed(out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "{{\"disarmed\":true}}")?;
+    out.flush()
 }
 
 /// Replaces `path` with `text` and a newline, whole: a rename over it.
