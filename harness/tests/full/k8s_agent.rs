@@ -152,7 +152,11 @@ async fn drive(kubeconfig: &Path) -> u16 {
     // stop: T in the answer and in an independent read; the storage frozen.
     let (code, s) = ctl("stop").await;
     assert_eq!(code, 0, "{s}");
-    assert_eq!(s, format!("{{\"pid\":{pid},\"state\":\"T\"}}"));
+    // One process in the storage's group, stopped.
+    assert_eq!(
+        s,
+        format!("{{\"pid\":{pid},\"state\":\"T\",\"processes\":1,\"stopped\":1}}")
+    );
     let (code, s) = ctl("state").await;
     assert_eq!((code, field(&s, "state")), (0, Some("T")), "{s}");
     within(10, "stopped storage silent", || async {
