@@ -266,13 +266,7 @@ impl Nemesis {
         };
         workers.sort_unstable();
         let armed = self.world.backend.lock().await.arm_workers(&workers)?;
-        let fired = match armed.fire(&needle, armed_ns, a.offset, last).await {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!("aimed pause in the worker pods: {e:#}");
-                None
-            }
-        };
+        let fired = armed.fire(&needle, armed_ns, a.offset, last).await;
         let mut backend = self.world.backend.lock().await;
         backend.disarmed(&workers, fired.as_ref().map(|f| f.worker));
         let f = fired?;

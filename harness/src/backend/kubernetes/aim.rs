@@ -17,7 +17,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -99,16 +98,17 @@ impl Armed {
     /// Arms every target's agent at `since_ns` (this machine's clock, as the
     /// events files are) for the first line holding `needle`, fired `offset`
     /// after it; waits until one fires or `until`, then disarms the rest.
-    /// `Ok(None)`: none fired in time.
+    /// `None`: none fired in time (or none could be armed).
     pub async fn fire(
         self,
         needle: &str,
         since_ns: u64,
         offset: Duration,
         until: tokio::time::Instant,
-    ) -> Result<Option<Fired>> {
+    ) -> Option<Fired> {
         let (tx, mut rx) = mpsc::channel(self.targets.len().max(1));
         let mut disarms = Vec::new();
+        let mut not_armed = Vec::new();
         for (w, pod, events) in &self.targets {
             let ap = AttachParams::default()
                 .container(CONTAINER)
@@ -126,17 +126,21 @@ impl Armed {
                 since.as_str(),
                 us.as_str(),
             ];
-            let proc = self
-                .pods
-                .exec(pod, cmd, &ap)
-                .await
-                .with_context(|| format!("exec {AGENT} aim in pod {pod}"))?;
+            // A pod that cannot be armed cannot fire; the others still can,
+            // and what is already armed must still be disarmed below.
+            let proc = match self.pods.exec(pod, cmd, &ap).await {
+                Ok(p) => p,
+                Err(e) => {
+                    not_armed.push((*w, serde_json::json!({ "error": format!("not armed: exec {AGENT} aim in pod {pod}: {e}") })));
+                    continue;
+                }
+            };
             let (stop, disarm) = oneshot::channel();
             disarms.push(Some(stop));
             tokio::spawn(armed(*w, proc, disarm, tx.clone()));
         }
         drop(tx);
-        let mut answers: Vec<(u32, serde_json::Value)> = Vec::new();
+        let mut answers: Vec<(u32, serde_json::Value)> = not_armed;
         // The first answer, or none by `until`.
         if let Ok(Some(a)) = tokio::time::timeout_at(until, rx.recv()).await {
             answers.push(a);
@@ -185,23 +189,21 @@ impl Armed {
                 "continued": cont.is_ok(),
             }));
         }
-        let Some(worker) = first else {
-            return Ok(None);
-        };
+        let worker = first?;
         let first = answers
             .iter()
             .find(|(w, _)| *w == worker)
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
         let stopped_ns = fired(&first).map_or(0, |n| self.shift(n));
-        Ok(Some(Fired {
+        Some(Fired {
             worker,
             pod: pod_of(worker),
             line: first.get("line").map(|l| l.to_string()).unwrap_or_default(),
             stopped_ns,
             answer: first.get("answer").cloned().unwrap_or_default(),
             also,
-        }))
+        })
     }
 
     /// A node's monotonic time put in this machine's.
