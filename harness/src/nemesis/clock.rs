@@ -246,6 +246,11 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     if !done.is_empty() {
         effect::record(&mut start.detail, &confirm(&done));
     }
+    // A worker held stopped in its pod for this step goes on now that its
+    // clock has moved (`in_pod.rs`).
+    if let (Some(h), Some(d)) = (n.release(p).await, start.detail.as_mut()) {
+        d["held"] = h;
+    }
     n.record(&start);
     tokio::time::sleep(p.duration).await;
     let kind = if done.is_empty() {

@@ -11,6 +11,7 @@ pub mod aim;
 pub mod clock;
 pub mod delay;
 pub mod effect;
+pub mod in_pod;
 pub mod kill;
 pub mod net;
 pub mod partition;
@@ -88,6 +89,10 @@ pub struct Nemesis {
     /// Workers an aimed pause holds stopped right after a read (by the pause's
     /// id): still between that read and its write, for as long as it lasts.
     between: Mutex<Vec<(u32, aim::Seen)>>,
+    /// Workers an aimed fault other than a pause holds stopped in their pods
+    /// (by the fault's id): the worker and when its agent stopped it, until
+    /// the fault is in place (`in_pod.rs`).
+    held: Mutex<HashMap<u32, (u32, u64)>>,
 }
 
 impl Nemesis {
@@ -100,6 +105,7 @@ impl Nemesis {
             stopped: Mutex::new(HashSet::new()),
             aimed: Mutex::new(HashMap::new()),
             between: Mutex::new(Vec::new()),
+            held: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -177,12 +183,11 @@ impl Nemesis {
                     .map(|(_, s)| s.clone())
                     .find(|s| aim::fits(p.target, s) && aim::names_victim(p.target, s))
             });
-        // Worker pods of a node that is not this machine: their agents fire
-        // the pause themselves, `offset` after the event (see
-        // `backend::kubernetes::aim`).
+        // Worker pods of a node that is not this machine: their agents stop
+        // the worker themselves, `offset` after the event (`in_pod.rs`).
         let in_pods = stopped.is_none()
             && self.world.workers_by_backend
-            && p.kind == FaultKind::Pause
+            && in_pod::fires_in_pod(p.kind)
             && p.target.is_worker();
         let mut fired_in_pod = None;
         let seen = match (stopped, feed) {
@@ -242,71 +247,15 @@ impl Nemesis {
             b.push((p.id, v.clone()));
         }
         self.inject(p, victim.as_ref()).await;
+        // A worker held in its pod for a fault that ended without releasing
+        // it (its target could not be resolved, say) is not left stopped.
+        if let Some(h) = self.release(p).await {
+            tracing::warn!("fault {} ended with worker held in its pod: {h}", p.id);
+        }
         if let (true, Ok(mut b)) = (holds_between, self.between.lock()) {
             b.retain(|(id, _)| *id != p.id);
         }
         tokio::time::Instant::now()
-    }
-
-    /// An aimed pause fired by the agents of the candidate worker pods (a
-    /// worker named by the target, else every worker): the event it fired
-    /// on, and what the pod's agent said (`in_pod` of the aim's record). The
-    /// victim is left stopped; its pause then confirms and continues it.
-    async fn fire_in_pods(
-        &self,
-        p: &Planned,
-        a: AimAt,
-        armed_ns: u64,
-        last: tokio::time::Instant,
-    ) -> Option<(aim::Seen, serde_json::Value)> {
-        let needle = aim::needle(a.event)?;
-        let mut workers: Vec<u32> = match p.target {
-            Target::Worker(n) => vec![n],
-            _ => self.world.workers.keys().copied().collect(),
-        };
-        workers.sort_unstable();
-        let armed = self.world.backend.lock().await.arm_workers(&workers)?;
-        let fired = armed.fire(&needle, armed_ns, a.offset, last).await;
-        let mut backend = self.world.backend.lock().await;
-        backend.disarmed(&workers, fired.as_ref().map(|f| f.worker));
-        let f = fired?;
-        let seen = serde_json::from_str::<Event>(&f.line)
-            .ok()
-            .and_then(|e| aim::classify(&e, f.worker));
-        let Some(seen) = seen else {
-            // Stopped on a line it cannot name: let it go.
-            let _ = backend
-                .resume(crate::backend::Service::Worker(f.worker))
-                .await;
-            tracing::warn!(
-                "worker {} stopped on a line not understood: {}",
-                f.worker,
-                f.line
-            );
-            return None;
-        };
-        let mut detail = serde_json::json!({
-            "pod": f.pod,
-            "stopped_ns": f.stopped_ns,
-            "answer": f.answer,
-            "also_fired": f.also,
-        });
-        // A waiter's acquire names no victim: the target is looked up as at a
-        // time, so the waiter its agent stopped goes on at once (every worker,
-        // that one too, is paused anyway).
-        if !aim::names_victim(p.target, &seen) && p.target != Target::AllWorkers {
-            let cont = backend
-                .resume(crate::backend::Service::Worker(f.worker))
-                .await;
-            detail["continued_at_once"] = serde_json::json!(format!(
-                "worker {} is not the fault's victim{}",
-                f.worker,
-                cont.err()
-                    .map(|e| format!(" (its cont failed: {e:#})"))
-                    .unwrap_or_default()
-            ));
-        }
-        Some((seen, detail))
     }
 
     async fn inject(&self, p: &Planned, aimed: Option<&aim::Seen>) {

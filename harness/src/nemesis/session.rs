@@ -52,8 +52,14 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     } else {
         EventType::Ok
     };
+    // A worker held stopped in its pod for this fault goes on now that its
+    // session is gone (`in_pod.rs`).
+    let held = n.release(p).await;
     let mut end = n.event(p, kind, f);
     end.detail = Some(serde_json::json!({ "done": done }));
+    if let (Some(h), Some(d)) = (held, end.detail.as_mut()) {
+        d["held"] = h;
+    }
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));
     }

@@ -62,15 +62,15 @@ pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
         if !f.target.is_worker() {
             continue;
         }
-        // An aimed pause is fired by the pods' agents themselves (`aim.rs`);
-        // the other aimed faults at workers act from this machine on events
-        // followed back from the pods, too late for the moment they aim at.
-        if f.aim().is_on() && f.kind != crate::scenario::FaultKind::Pause {
+        // An aimed fault at a worker is fired by the pods' agents themselves,
+        // which stop the worker at its event (`nemesis::in_pod`); a fault kind
+        // they cannot hold it for would act from this machine on events
+        // followed back from the pods, too late for the moment it aims at.
+        if f.aim().is_on() && !crate::nemesis::in_pod::fires_in_pod(f.kind) {
             return Err(format!(
                 "an aimed {} at a worker lands a millisecond after its event by \
                  this machine's signals, and the workers' events reach this machine \
-                 from pods there tens of ms late (only an aimed pause is fired in the \
-                 pod, by its agent)",
+                 from pods there tens of ms late",
                 f.kind
             ));
         }
@@ -447,7 +447,7 @@ impl PodWorker {
 #[cfg(test)]
 mod tests {
     use super::{in_pods, stat};
-    use crate::scenario::Scenario;
+    use crate::scenario::{FaultKind, Scenario};
     use std::path::PathBuf;
 
     #[test]
@@ -473,26 +473,53 @@ mod tests {
     }
 
     #[test]
-    fn on_a_remote_node_only_an_aimed_pause_at_workers_keeps_them_pods() {
+    fn on_a_remote_node_every_aimed_fault_a_worker_can_take_keeps_them_pods() {
         let parse = |t: &str| Scenario::parse(t, "s.toml").expect("valid");
         let fault = |f: &str| parse(&format!("name = \"x\"\n[[fault]]\n{f}\n"));
         assert_eq!(super::on_remote(&parse("name = \"x\"\n")), Ok(()));
-        let pause = fault(
-            "kind = \"pause\"\ntarget = \"holder\"\nat = \"2s\"\nduration = \"1s\"\naim = \"read\"",
-        );
-        assert_eq!(super::on_remote(&pause), Ok(()));
         let client = parse("name = \"x\"\n[client]\ncommand = [\"sh\"]\npod_files = []\n");
         assert_eq!(
             super::on_remote(&client),
             Ok(()),
             "an adapter goes in the pods"
         );
+        // Every kind a worker can be the target of, aimed at a worker: its
+        // agent stops the worker at the event, and the fault is applied while
+        // it is held there (`nemesis::in_pod`).
+        let mut taken = Vec::new();
+        for kind in FaultKind::ALL {
+            let extra = match kind {
+                FaultKind::RevokeLease | FaultKind::ExpireSession => "",
+                FaultKind::ClockJump => "by = \"10s\"\n",
+                _ => "duration = \"1s\"\n",
+            };
+            for target in ["holder", "worker:1", "all-workers"] {
+                let text = format!(
+                    "name = \"x\"\n[[fault]]\nkind = \"{kind}\"\ntarget = \"{target}\"\n\
+                     at = \"2s\"\n{extra}aim = \"read\"\n"
+                );
+                let Ok(s) = Scenario::parse(&text, "s.toml") else {
+                    continue; // not a target this kind takes
+                };
+                assert!(
+                    crate::nemesis::in_pod::fires_in_pod(kind),
+                    "{kind} at {target}"
+                );
+                assert_eq!(super::on_remote(&s), Ok(()), "{kind} at {target}");
+                taken.push(kind);
+            }
+        }
+        for kind in [
+            FaultKind::Pause,
+            FaultKind::RevokeLease,
+            FaultKind::ExpireSession,
+            FaultKind::ClockJump,
+        ] {
+            assert!(taken.contains(&kind), "{kind} aimed at a worker: {taken:?}");
+        }
         let revoke =
             fault("kind = \"revoke-lease\"\ntarget = \"holder\"\nat = \"2s\"\naim = \"write\"");
-        let why = super::on_remote(&revoke).expect_err("an aimed revoke stays here");
-        assert!(why.contains("aimed revoke-lease"), "{why}");
-        let timed = fault("kind = \"revoke-lease\"\ntarget = \"holder\"\nat = \"2s\"");
-        assert_eq!(super::on_remote(&timed), Ok(()));
+        assert_eq!(super::on_remote(&revoke), Ok(()));
     }
 
     #[test]
