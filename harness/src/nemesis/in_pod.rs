@@ -34,7 +34,8 @@ pub fn fires_in_pod(kind: FaultKind) -> bool {
 impl Nemesis {
     /// An aimed fault at workers fired by the agents of the candidate worker
     /// pods (a worker named by the target, else every worker): the event it
-    /// fired on, and what the pod's agent said (`in_pod` of the aim's record).
+    /// fired on, when the agent stopped the worker (this machine's clock), and
+    /// what the pod's agent said (`in_pod` of the aim's record).
     /// The victim is left stopped: a pause then confirms and continues it;
     /// any other fault holds it (`held`) until [`Nemesis::release`].
     pub(super) async fn fire_in_pods(
@@ -43,7 +44,7 @@ impl Nemesis {
         a: AimAt,
         armed_ns: u64,
         last: tokio::time::Instant,
-    ) -> Option<(aim::Seen, serde_json::Value)> {
+    ) -> Option<(aim::Seen, u64, serde_json::Value)> {
         let needle = aim::needle(a.event)?;
         let mut workers: Vec<u32> = match p.target {
             Target::Worker(n) => vec![n],
@@ -96,7 +97,7 @@ impl Nemesis {
                 h.insert(p.id, (f.worker, f.stopped_ns));
             }
         }
-        Some((seen, detail))
+        Some((seen, f.stopped_ns, detail))
     }
 
     /// Continues the worker an aimed fault holds stopped in its pod, once the

@@ -193,8 +193,8 @@ impl Nemesis {
         let seen = match (stopped, feed) {
             (Some(s), _) => Some(s),
             (None, _) if in_pods => match self.fire_in_pods(p, a, armed_ns, last).await {
-                Some((s, detail)) => {
-                    fired_in_pod = Some(detail);
+                Some((s, stopped_ns, detail)) => {
+                    fired_in_pod = Some((stopped_ns, detail));
                     Some(s)
                 }
                 None => None,
@@ -223,7 +223,7 @@ impl Nemesis {
             return tokio::time::Instant::now();
         };
         let fired_ns = match &fired_in_pod {
-            Some(d) => d["stopped_ns"].as_u64().unwrap_or_default(),
+            Some((stopped_ns, _)) => *stopped_ns,
             None => {
                 tokio::time::sleep(a.offset).await;
                 crate::record::history::monotonic_ns()
@@ -236,7 +236,7 @@ impl Nemesis {
                 "seen": seen,
                 "after_ms": (fired_ns.saturating_sub(seen.time_ns)) as f64 / 1e6,
             });
-            if let Some(d) = fired_in_pod {
+            if let Some((_, d)) = fired_in_pod {
                 detail["in_pod"] = d;
             }
             m.insert(p.id, detail);

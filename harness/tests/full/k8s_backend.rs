@@ -747,9 +747,12 @@ impl Drop for SecondNode {
 /// node's address and advertised a proxy on this machine's; the storage's
 /// journal came back whole (each operation the checks counted is in it); the
 /// node's engine pulled the member's and the storage's images; nothing of the
-/// run is left. Then `redlock-majority-clock-jump` there: every step of two
-/// Redis pods' clocks seen in the instances' own `TIME` (the pods' offset files
-/// replaced by the agent), and the overlaps it is there to show.
+/// run is left. Then `pause` and `revoke` aimed at the holder's read there
+/// (fired by the agent in the holder's pod; the revoke applied while the
+/// holder is held stopped there), `redlock-majority-clock-jump` (every step of
+/// two Redis pods' clocks seen in the instances' own `TIME`, the pods' offset
+/// files replaced by the agent, and the overlaps it is there to show), an
+/// elector's clock stepped back, and a Go adapter in each worker pod.
 #[test]
 fn kill_on_a_node_that_is_not_this_machine_passes_and_leaves_nothing() {
     if !docker::docker_or_skip("k8s_backend") {
@@ -928,6 +931,57 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     }
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's pause run");
+
+    // The holder's lease revoked at its read, there: the agent in the holder's
+    // pod stops it at the read, the harness revokes the lease while it is held
+    // and then continues it, so the revoke lands between the read and the
+    // write, as this machine's signals land it on a local worker.
+    let text = std::fs::read_to_string(repo_root().join("scenarios/revoke.toml"))
+        .expect("revoke.toml")
+        .replacen("every = \"2s\"\n", "every = \"2s\"\naim = \"read\"\n", 1)
+        + "\n[cluster]\n";
+    assert!(
+        text.contains("aim = \"read\""),
+        "revoke.toml's fault changed"
+    );
+    let (out, r, k, said) = run_text("revoke", text);
+    let revokes: Vec<&Value> = r["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == "revoke-lease" && f["outcome"] == "ok")
+        .collect();
+    assert!(!revokes.is_empty(), "no revoke: {said}");
+    for f in revokes {
+        assert_eq!(f["effect"]["status"], "confirmed", "{f}");
+        let aim = &f["detail"]["aim"];
+        let seen = &aim["seen"];
+        let w = n(&seen["worker"]);
+        assert_eq!(aim["in_pod"]["pod"], format!("worker-{w}"), "{f}");
+        let held = &f["detail"]["held"];
+        assert_eq!(n(&held["worker"]), w, "{f}");
+        assert!(held.get("error").is_none(), "{f}");
+        let stopped = n(&held["stopped_ns"]);
+        assert!(stopped >= n(&seen["time_ns"]), "{f}");
+        // Continued only after the fault began (its revoke is sent after
+        // its start is stamped).
+        assert!(n(&held["continued_ns"]) > n(&f["start_ns"]), "{f}");
+        // The worker did nothing from its read until the revoke was on its
+        // way: its next event is after the fault's start.
+        let record = std::fs::read_to_string(out.join(format!("worker-{w}.jsonl")))
+            .expect("the worker's events");
+        let next = record
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| n(&e["time_ns"]) > n(&seen["time_ns"]))
+            .unwrap_or_else(|| panic!("nothing of worker {w} after its read: {f}"));
+        assert!(
+            n(&next["time_ns"]) > n(&f["start_ns"]),
+            "worker {w} went on before its revoke: {next} / {f}"
+        );
+    }
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's revoke run");
 
     // Two Redis masters' clocks stepped on the node: the pods' own offset files,
     // replaced by the agent's `put`; each step seen in the instance's TIME.
