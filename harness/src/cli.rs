@@ -199,11 +199,14 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
-    /// (internal) One lock-contending worker process.
+    /// (internal) One lock-contending worker process. Its config (JSON) is
+    /// `--config`, else the environment's `FENCECHECK_WORKER_CONFIG`: the
+    /// harness passes it there, out of the process's command line (which any
+    /// user of the machine reads) and out of a pod's spec (a Secret's value).
     #[command(hide = true)]
     Worker {
         #[arg(long)]
-        config: String,
+        config: Option<String>,
     },
     /// (internal) The fencing storage service.
     #[command(hide = true)]
@@ -445,7 +448,7 @@ pub fn main() -> i32 {
         Command::Images { etcd } => lines(crate::backend::docker::build_images(&etcd)),
         Command::Clean { images, force } => lines(crate::backend::docker::clean(images, force)),
         Command::Cluster { action } => cluster(action),
-        Command::Worker { config } => worker(&config),
+        Command::Worker { config } => worker(config.as_deref()),
         Command::Storage {
             listen,
             log,
@@ -761,7 +764,14 @@ fn cluster(action: ClusterAction) -> i32 {
     })
 }
 
-fn worker(config: &str) -> i32 {
+fn worker(config: Option<&str>) -> i32 {
+    let from_env = std::env::var(worker::CONFIG_ENV).ok();
+    let Some(config) = config.or(from_env.as_deref()) else {
+        return error(format!(
+            "no worker config: --config JSON, or {} in the environment",
+            worker::CONFIG_ENV
+        ));
+    };
     let cfg: worker::WorkerConfig = match serde_json::from_str(config) {
         Ok(c) => c,
         Err(e) => return error(format!("bad worker config: {e}")),

@@ -518,12 +518,10 @@ async fn start_pod_workers(
         cfg.start_gate = Some(gate.clone());
         launches.push(crate::backend::kubernetes::workers::Launch {
             id,
-            program: vec![
-                exe.display().to_string(),
-                "worker".into(),
-                "--config".into(),
-                serde_json::to_string(&cfg).context("worker config")?,
-            ],
+            program: vec![exe.display().to_string(), "worker".into()],
+            // In a Secret of the run's namespace, not in the pod's spec
+            // (which anyone who may read pods there reads).
+            config: serde_json::to_string(&cfg).context("worker config")?,
             env: {
                 let mut env = worker_env(clocks, id);
                 // Where the shipped adapters' launchers find their runtimes
@@ -635,9 +633,12 @@ fn start_workers(
     for id in 0..run.s.workload.workers {
         let cfg = worker_config(run, &run.dir, dep, links, id, end_ns);
         let mut cmd = std::process::Command::new(&exe);
-        cmd.arg("worker")
-            .arg("--config")
-            .arg(serde_json::to_string(&cfg).context("worker config")?);
+        // In its environment, not on its command line, which every user of
+        // this machine can read (`ps`): it may hold an access token.
+        cmd.arg("worker").env(
+            crate::worker::CONFIG_ENV,
+            serde_json::to_string(&cfg).context("worker config")?,
+        );
         cmd.envs(worker_env(clocks, id));
         workers.push(spawn(
             &format!("worker {id}"),

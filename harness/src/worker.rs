@@ -43,7 +43,14 @@ pub mod recording;
 
 use recording::{Current, Log, Recording};
 
-/// Everything a worker process needs, passed as one JSON argument.
+/// Where the harness passes a worker its [`WorkerConfig`] (JSON): the
+/// environment, readable by its own user only (`/proc/PID/environ`), not the
+/// command line; in a pod, from a Secret. It holds a service's access token
+/// (Kubernetes Lease). Not passed on to a `[client]` adapter.
+pub const CONFIG_ENV: &str = "FENCECHECK_WORKER_CONFIG";
+
+/// Everything a worker process needs, passed as one JSON document
+/// ([`CONFIG_ENV`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub id: u32,

@@ -535,6 +535,7 @@ impl KubernetesBackend {
                 user: None,
                 host_files: Vec::new(),
                 pull_secret: self.pull_secret.as_deref(),
+                secret_env: Vec::new(),
             });
             let log = crate::record::rundir::member_log(run_dir, short, i);
             self.members.push(PodProc {
@@ -595,6 +596,7 @@ impl KubernetesBackend {
                     user,
                     host_files: Vec::new(),
                     pull_secret: self.pull_secret.as_deref(),
+                    secret_env: Vec::new(),
                 });
                 self.storage = Some(PodProc {
                     pod: name.clone(),

@@ -97,6 +97,38 @@ pub async fn pull_secret(client: &kube::Client, ns: &str, run_id: &str, json: &s
     Ok(())
 }
 
+/// The workers' configs, one key per worker (`worker-<i>`), in the Secret
+/// [`WORKER_CONFIG`] of the run's namespace: each worker pod takes its own
+/// as an environment variable by reference, so its spec (which anyone who may
+/// read pods there reads) holds no access token. It goes with the namespace.
+pub async fn worker_configs(
+    client: &kube::Client,
+    ns: &str,
+    run_id: &str,
+    configs: BTreeMap<String, String>,
+) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let obj = Secret {
+        metadata: ObjectMeta {
+            name: Some(WORKER_CONFIG.to_string()),
+            labels: Some(BTreeMap::from([(
+                RUN_LABEL.to_string(),
+                run_id.to_string(),
+            )])),
+            ..Default::default()
+        },
+        string_data: Some(configs),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("create secret {ns}/{WORKER_CONFIG}"))?;
+    Ok(())
+}
+
+/// The Secret holding the workers' configs ([`worker_configs`]).
+pub const WORKER_CONFIG: &str = "worker-config";
+
 /// Deletes every pod of `ns`, waits until kubelet has stopped them, then deletes
 /// `ns` (finalizing it where no controller does). Returns what it removed.
 pub async fn delete(client: &kube::Client, ns: &str) -> Result<Vec<String>> {

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures_util::AsyncReadExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, HostPathVolumeSource,
-    LocalObjectReference, Pod, PodSecurityContext, PodSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, HostPathVolumeSource,
+    LocalObjectReference, Pod, PodSecurityContext, PodSpec, SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, LogParams, PostParams};
@@ -72,6 +72,9 @@ pub struct PodSpecIn<'a> {
     /// The Secret the node pulls the image with (`registry::PULL_SECRET`, with a
     /// registry login), in the pod's namespace.
     pub pull_secret: Option<&'a str>,
+    /// Environment variables taken from a Secret of the pod's namespace:
+    /// (variable, Secret, key). Their values are not in the pod's spec.
+    pub secret_env: Vec<(String, String, String)>,
 }
 
 /// `Never` for an image of this machine's engine (`fencecheck/…`: the node is
@@ -97,6 +100,18 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             ..Default::default()
         })
         .collect();
+    env.extend(p.secret_env.iter().map(|(var, secret, key)| EnvVar {
+        name: var.clone(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.clone(),
+                key: key.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
     env.push(EnvVar {
         name: "FENCECHECK_AGENT_SOCKET".into(),
         value: Some(AGENT_SOCKET.into()),
@@ -617,7 +632,51 @@ pub async fn put(pods: &Api<Pod>, pod: &str, path: &Path, text: &str) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::shifted;
+    use super::{pod, shifted, PodSpecIn};
+
+    /// A value taken from a Secret is a reference in the pod's spec, never the
+    /// value: the worker's config (an access token in it) is not in the spec
+    /// anyone who may read pods reads.
+    #[test]
+    fn a_secret_env_is_a_reference_not_its_value() {
+        let p = pod(&PodSpecIn {
+            name: "worker-0".into(),
+            run_id: "r",
+            role: "worker",
+            node: "n",
+            image: "fencecheck/worker-pod:x",
+            program: vec!["/fencecheck".into(), "worker".into()],
+            env: vec![("PLAIN".into(), "shown".into())],
+            run_dir: std::path::Path::new("/runs/r"),
+            remote: false,
+            files: None,
+            user: None,
+            host_files: Vec::new(),
+            pull_secret: None,
+            secret_env: vec![(
+                "FENCECHECK_WORKER_CONFIG".into(),
+                "worker-config".into(),
+                "worker-0".into(),
+            )],
+        });
+        let spec = serde_json::to_value(&p).expect("json");
+        let env = spec["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("env")
+            .clone();
+        let var = env
+            .iter()
+            .find(|e| e["name"] == "FENCECHECK_WORKER_CONFIG")
+            .expect("the config's variable");
+        assert!(var.get("value").is_none(), "{var}");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], "worker-config");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], "worker-0");
+        assert!(env
+            .iter()
+            .any(|e| e["name"] == "PLAIN" && e["value"] == "shown"));
+        let command = spec["spec"]["containers"][0]["command"].to_string();
+        assert!(!command.contains("--config"), "{command}");
+    }
 
     #[test]
     fn a_journal_line_is_put_in_this_machines_clock() {

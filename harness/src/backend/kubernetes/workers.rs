@@ -86,6 +86,9 @@ pub struct Launch {
     pub id: u32,
     /// The worker's program and arguments.
     pub program: Vec<String>,
+    /// Its config (JSON, [`crate::worker::CONFIG_ENV`]): in a Secret, not in
+    /// the pod's spec.
+    pub config: String,
     pub env: Vec<(String, String)>,
     /// Where its output goes.
     pub log: PathBuf,
@@ -138,6 +141,18 @@ impl KubernetesBackend {
             launches.len(),
             self.ns
         ));
+        // Each worker's config, with any access token in it, in a Secret its
+        // pod takes it from (`namespace::worker_configs`).
+        super::namespace::worker_configs(
+            &self.client,
+            &self.ns,
+            &self.run_id,
+            launches
+                .iter()
+                .map(|l| (format!("worker-{}", l.id), l.config.clone()))
+                .collect(),
+        )
+        .await?;
         let mut created = Vec::new();
         for l in &launches {
             let name = format!("worker-{}", l.id);
@@ -161,6 +176,11 @@ impl KubernetesBackend {
                 user: None,
                 host_files: host_files.clone(),
                 pull_secret: self.pull_secret.as_deref(),
+                secret_env: vec![(
+                    crate::worker::CONFIG_ENV.to_string(),
+                    super::namespace::WORKER_CONFIG.to_string(),
+                    format!("worker-{}", l.id),
+                )],
             });
             pods::create(&self.pods, &pod)
                 .await

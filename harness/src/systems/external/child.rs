@@ -59,6 +59,8 @@ pub fn spawn(ext: &ExternalConfig, worker: u32, lost: LostSlot) -> Result<Proc, 
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .env("FENCECHECK_WORKER", worker.to_string())
+        // The worker's own config (an access token in it) is not the adapter's.
+        .env_remove(crate::worker::CONFIG_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
