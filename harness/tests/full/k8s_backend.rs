@@ -917,13 +917,7 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         assert!(stopped >= n(&seen["time_ns"]), "{aim}");
         let w = n(&seen["worker"]);
         assert_eq!(aim["in_pod"]["pod"], format!("worker-{w}"), "{aim}");
-        let record = std::fs::read_to_string(out.join(format!("worker-{w}.jsonl")))
-            .expect("the worker's events");
-        let next = record
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| n(&e["time_ns"]) > n(&seen["time_ns"]))
-            .unwrap_or_else(|| panic!("nothing of worker {w} after its read: {aim}"));
+        let next = next_event(&out, w, n(&seen["time_ns"]));
         assert!(
             n(&next["time_ns"]) > stopped,
             "worker {w} went on before its pause: {next} / {aim}"
@@ -968,13 +962,7 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         assert!(n(&held["continued_ns"]) > n(&f["start_ns"]), "{f}");
         // The worker did nothing from its read until the revoke was on its
         // way: its next event is after the fault's start.
-        let record = std::fs::read_to_string(out.join(format!("worker-{w}.jsonl")))
-            .expect("the worker's events");
-        let next = record
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| n(&e["time_ns"]) > n(&seen["time_ns"]))
-            .unwrap_or_else(|| panic!("nothing of worker {w} after its read: {f}"));
+        let next = next_event(&out, w, n(&seen["time_ns"]));
         assert!(
             n(&next["time_ns"]) > n(&f["start_ns"]),
             "worker {w} went on before its revoke: {next} / {f}"
@@ -1058,6 +1046,17 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     }
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's adapter run");
+}
+
+/// Worker `w`'s first event after `after_ns`, as its own record in `out` has it.
+fn next_event(out: &Path, w: u64, after_ns: u64) -> Value {
+    let record = std::fs::read_to_string(out.join(format!("worker-{w}.jsonl")))
+        .expect("the worker's events");
+    record
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| n(&e["time_ns"]) > after_ns)
+        .unwrap_or_else(|| panic!("nothing of worker {w} after {after_ns}"))
 }
 
 /// Each step of each clock jump in the report, every jump `ok` with `per`

@@ -74,26 +74,38 @@ pub async fn create(client: &kube::Client, ns: &str, run_id: &str) -> Result<()>
 /// `[cluster] registry`, which every pod of the run names in `imagePullSecrets`.
 /// It goes with the namespace.
 pub async fn pull_secret(client: &kube::Client, ns: &str, run_id: &str, json: &str) -> Result<()> {
+    let data = BTreeMap::from([(".dockerconfigjson".to_string(), json.to_string())]);
+    let kind = Some("kubernetes.io/dockerconfigjson");
+    secret(client, ns, run_id, super::registry::PULL_SECRET, kind, data).await
+}
+
+/// Creates the Secret `name` of the run in `ns`, of type `kind` (`Opaque`
+/// when `None`), holding `data`.
+async fn secret(
+    client: &kube::Client,
+    ns: &str,
+    run_id: &str,
+    name: &str,
+    kind: Option<&str>,
+    data: BTreeMap<String, String>,
+) -> Result<()> {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let obj = Secret {
         metadata: ObjectMeta {
-            name: Some(super::registry::PULL_SECRET.to_string()),
+            name: Some(name.to_string()),
             labels: Some(BTreeMap::from([(
                 RUN_LABEL.to_string(),
                 run_id.to_string(),
             )])),
             ..Default::default()
         },
-        type_: Some("kubernetes.io/dockerconfigjson".into()),
-        string_data: Some(BTreeMap::from([(
-            ".dockerconfigjson".to_string(),
-            json.to_string(),
-        )])),
+        type_: kind.map(str::to_string),
+        string_data: Some(data),
         ..Default::default()
     };
     api.create(&PostParams::default(), &obj)
         .await
-        .with_context(|| format!("create secret {ns}/{}", super::registry::PULL_SECRET))?;
+        .with_context(|| format!("create secret {ns}/{name}"))?;
     Ok(())
 }
 
@@ -107,23 +119,7 @@ pub async fn worker_configs(
     run_id: &str,
     configs: BTreeMap<String, String>,
 ) -> Result<()> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let obj = Secret {
-        metadata: ObjectMeta {
-            name: Some(WORKER_CONFIG.to_string()),
-            labels: Some(BTreeMap::from([(
-                RUN_LABEL.to_string(),
-                run_id.to_string(),
-            )])),
-            ..Default::default()
-        },
-        string_data: Some(configs),
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &obj)
-        .await
-        .with_context(|| format!("create secret {ns}/{WORKER_CONFIG}"))?;
-    Ok(())
+    secret(client, ns, run_id, WORKER_CONFIG, None, configs).await
 }
 
 /// The Secret holding the workers' configs ([`worker_configs`]).

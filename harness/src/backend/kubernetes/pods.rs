@@ -88,6 +88,23 @@ pub fn pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// The environment variable `var` taken from key `key` of Secret `secret` in
+/// the pod's namespace: the pod's spec names the Secret, not the value.
+pub fn from_secret(var: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: var.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn pod(p: &PodSpecIn) -> Pod {
     let mut command = vec![AGENT.to_string(), "run".into(), "--".into()];
     command.extend(p.program.iter().cloned());
@@ -100,18 +117,11 @@ pub fn pod(p: &PodSpecIn) -> Pod {
             ..Default::default()
         })
         .collect();
-    env.extend(p.secret_env.iter().map(|(var, secret, key)| EnvVar {
-        name: var.clone(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.clone(),
-                key: key.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }));
+    env.extend(
+        p.secret_env
+            .iter()
+            .map(|(var, secret, key)| from_secret(var, secret, key)),
+    );
     env.push(EnvVar {
         name: "FENCECHECK_AGENT_SOCKET".into(),
         value: Some(AGENT_SOCKET.into()),

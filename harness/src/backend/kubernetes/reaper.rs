@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, HostPathVolumeSource, LocalObjectReference, Pod, PodSpec,
-    Secret, SecretKeySelector, Volume, VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSpec, Secret, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -174,18 +174,7 @@ async fn make_pod(
         .create(&PostParams::default(), &secret)
         .await
         .with_context(|| format!("create secret {HOME}/{name}"))?;
-    let from_secret = |var: &str, key: &str| EnvVar {
-        name: var.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: name.into(),
-                key: key.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let from_secret = |var: &str, key: &str| super::pods::from_secret(var, name, key);
     let pod = Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
