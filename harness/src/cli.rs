@@ -199,14 +199,13 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
-    /// (internal) One lock-contending worker process. Its config (JSON) is
-    /// `--config`, else the environment's `FENCECHECK_WORKER_CONFIG`: the
-    /// harness passes it there, out of the process's command line (which any
-    /// user of the machine reads) and out of a pod's spec (a Secret's value).
+    /// (internal) One lock-contending worker process. Its service's access
+    /// material, if any, comes from the environment (`FENCECHECK_WORKER_ACCESS`),
+    /// not the command line.
     #[command(hide = true)]
     Worker {
         #[arg(long)]
-        config: Option<String>,
+        config: String,
     },
     /// (internal) The fencing storage service.
     #[command(hide = true)]
@@ -448,7 +447,7 @@ pub fn main() -> i32 {
         Command::Images { etcd } => lines(crate::backend::docker::build_images(&etcd)),
         Command::Clean { images, force } => lines(crate::backend::docker::clean(images, force)),
         Command::Cluster { action } => cluster(action),
-        Command::Worker { config } => worker(config.as_deref()),
+        Command::Worker { config } => worker(&config),
         Command::Storage {
             listen,
             log,
@@ -764,18 +763,17 @@ fn cluster(action: ClusterAction) -> i32 {
     })
 }
 
-fn worker(config: Option<&str>) -> i32 {
-    let from_env = std::env::var(worker::CONFIG_ENV).ok();
-    let Some(config) = config.or(from_env.as_deref()) else {
-        return error(format!(
-            "no worker config: --config JSON, or {} in the environment",
-            worker::CONFIG_ENV
-        ));
-    };
-    let cfg: worker::WorkerConfig = match serde_json::from_str(config) {
+fn worker(config: &str) -> i32 {
+    let mut cfg: worker::WorkerConfig = match serde_json::from_str(config) {
         Ok(c) => c,
         Err(e) => return error(format!("bad worker config: {e}")),
     };
+    if let Ok(access) = std::env::var(worker::ACCESS_ENV) {
+        match serde_json::from_str(&access) {
+            Ok(a) => cfg.lock.access = Some(a),
+            Err(e) => return error(format!("bad {}: {e}", worker::ACCESS_ENV)),
+        }
+    }
     block_on(false, async {
         match worker::run(cfg).await {
             Ok(()) => EXIT_PASS,

@@ -516,12 +516,18 @@ async fn start_pod_workers(
     for id in 0..run.s.workload.workers {
         let mut cfg = worker_config(run, &dir, dep, links, id, 0);
         cfg.start_gate = Some(gate.clone());
+        let (config, access) = without_access(cfg)?;
         launches.push(crate::backend::kubernetes::workers::Launch {
             id,
-            program: vec![exe.display().to_string(), "worker".into()],
+            program: vec![
+                exe.display().to_string(),
+                "worker".into(),
+                "--config".into(),
+                config,
+            ],
             // In a Secret of the run's namespace, not in the pod's spec
             // (which anyone who may read pods there reads).
-            config: serde_json::to_string(&cfg).context("worker config")?,
+            access,
             env: {
                 let mut env = worker_env(clocks, id);
                 // Where the shipped adapters' launchers find their runtimes
@@ -543,6 +549,23 @@ async fn start_pod_workers(
     }
     let say = |m: &str| run.say(m);
     k.start_workers(launches, &say).await.map(Some)
+}
+
+/// A worker's config as its command line carries it, without the service's
+/// access material, and that material apart (JSON), for its environment
+/// ([`crate::worker::ACCESS_ENV`]).
+fn without_access(mut cfg: crate::worker::WorkerConfig) -> Result<(String, Option<String>)> {
+    let access = cfg
+        .lock
+        .access
+        .take()
+        .map(|a| serde_json::to_string(&a))
+        .transpose()
+        .context("worker access")?;
+    Ok((
+        serde_json::to_string(&cfg).context("worker config")?,
+        access,
+    ))
 }
 
 /// Lets the gated worker pods of a node that is not this machine go (their
@@ -632,13 +655,14 @@ fn start_workers(
     let mut workers = Vec::new();
     for id in 0..run.s.workload.workers {
         let cfg = worker_config(run, &run.dir, dep, links, id, end_ns);
+        let (cfg, access) = without_access(cfg)?;
         let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("worker").arg("--config").arg(cfg);
         // In its environment, not on its command line, which every user of
-        // this machine can read (`ps`): it may hold an access token.
-        cmd.arg("worker").env(
-            crate::worker::CONFIG_ENV,
-            serde_json::to_string(&cfg).context("worker config")?,
-        );
+        // this machine can read (`ps`).
+        if let Some(a) = access {
+            cmd.env(crate::worker::ACCESS_ENV, a);
+        }
         cmd.envs(worker_env(clocks, id));
         workers.push(spawn(
             &format!("worker {id}"),

@@ -43,14 +43,16 @@ pub mod recording;
 
 use recording::{Current, Log, Recording};
 
-/// Where the harness passes a worker its [`WorkerConfig`] (JSON): the
-/// environment, readable by its own user only (`/proc/PID/environ`), not the
-/// command line; in a pod, from a Secret. It holds a service's access token
-/// (Kubernetes Lease). Not passed on to a `[client]` adapter.
-pub const CONFIG_ENV: &str = "FENCECHECK_WORKER_CONFIG";
+/// Where the harness passes a worker its service's access material
+/// (`lock.access` of its [`WorkerConfig`], JSON: a bearer token for Kubernetes
+/// Lease): the environment, which only its own user reads
+/// (`/proc/PID/environ`), not the command line, which every user of the
+/// machine reads; in a pod, from a Secret, not the pod's spec. Not passed on
+/// to a `[client]` adapter (it gets the token in `open`).
+pub const ACCESS_ENV: &str = "FENCECHECK_WORKER_ACCESS";
 
-/// Everything a worker process needs, passed as one JSON document
-/// ([`CONFIG_ENV`]).
+/// Everything a worker process needs, passed as one JSON argument, all but
+/// the access material ([`ACCESS_ENV`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub id: u32,

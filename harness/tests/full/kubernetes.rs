@@ -212,3 +212,39 @@ fn bad_elector_timing_tokens_and_targets_are_exit_2_with_file_and_line() {
         );
     }
 }
+
+/// The run's access token for the apiserver is on no command line (which every
+/// user of the machine reads): the workers, alive and mentioning the run
+/// directory on theirs, take it from their environment.
+#[test]
+fn the_access_token_is_on_no_command_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    interrupt_mid_fault(
+        "k8s-lease-pause",
+        &["--backend", "process"],
+        &out,
+        |procs| {
+            let tokens =
+                std::fs::read_to_string(out.join("k8s-tokens.csv")).expect("k8s-tokens.csv");
+            let token = tokens.split(',').next().unwrap_or_default().trim();
+            assert!(token.len() >= 16, "{tokens}");
+            let workers: Vec<_> = procs
+                .iter()
+                .filter(|(_, _, cmd)| cmd.contains(" worker --config "))
+                .collect();
+            assert!(workers.len() >= 2, "no workers alive: {procs:?}");
+            for (pid, _, cmd) in procs {
+                assert!(!cmd.contains(token), "pid {pid}'s command line: {cmd}");
+            }
+            for (pid, _, _) in &workers {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let env = String::from_utf8_lossy(&env);
+                assert!(
+                    env.contains("FENCECHECK_WORKER_ACCESS=") && env.contains(token),
+                    "worker pid {pid} without its access in its environment"
+                );
+            }
+        },
+    );
+}

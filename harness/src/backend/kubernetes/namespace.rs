@@ -109,21 +109,24 @@ async fn secret(
     Ok(())
 }
 
-/// The workers' configs, one key per worker (`worker-<i>`), in the Secret
-/// [`WORKER_CONFIG`] of the run's namespace: each worker pod takes its own
-/// as an environment variable by reference, so its spec (which anyone who may
-/// read pods there reads) holds no access token. It goes with the namespace.
-pub async fn worker_configs(
+/// The workers' access material for the service (JSON, key
+/// [`WORKER_ACCESS_KEY`]) in the Secret [`WORKER_ACCESS`] of the run's
+/// namespace: each worker pod takes it as an environment variable by
+/// reference, so its spec (which anyone who may read pods there reads) holds
+/// no token. It goes with the namespace.
+pub async fn worker_access(
     client: &kube::Client,
     ns: &str,
     run_id: &str,
-    configs: BTreeMap<String, String>,
+    json: &str,
 ) -> Result<()> {
-    secret(client, ns, run_id, WORKER_CONFIG, None, configs).await
+    let data = BTreeMap::from([(WORKER_ACCESS_KEY.to_string(), json.to_string())]);
+    secret(client, ns, run_id, WORKER_ACCESS, None, data).await
 }
 
-/// The Secret holding the workers' configs ([`worker_configs`]).
-pub const WORKER_CONFIG: &str = "worker-config";
+/// The Secret holding the workers' access material ([`worker_access`]).
+pub const WORKER_ACCESS: &str = "worker-access";
+pub const WORKER_ACCESS_KEY: &str = "access";
 
 /// Deletes every pod of `ns`, waits until kubelet has stopped them, then deletes
 /// `ns` (finalizing it where no controller does). Returns what it removed.

@@ -645,8 +645,8 @@ mod tests {
     use super::{pod, shifted, PodSpecIn};
 
     /// A value taken from a Secret is a reference in the pod's spec, never the
-    /// value: the worker's config (an access token in it) is not in the spec
-    /// anyone who may read pods reads.
+    /// value: the workers' access token is not in the spec anyone who may read
+    /// pods reads.
     #[test]
     fn a_secret_env_is_a_reference_not_its_value() {
         let p = pod(&PodSpecIn {
@@ -655,7 +655,12 @@ mod tests {
             role: "worker",
             node: "n",
             image: "fencecheck/worker-pod:x",
-            program: vec!["/fencecheck".into(), "worker".into()],
+            program: vec![
+                "/fencecheck".into(),
+                "worker".into(),
+                "--config".into(),
+                "{}".into(),
+            ],
             env: vec![("PLAIN".into(), "shown".into())],
             run_dir: std::path::Path::new("/runs/r"),
             remote: false,
@@ -664,9 +669,9 @@ mod tests {
             host_files: Vec::new(),
             pull_secret: None,
             secret_env: vec![(
-                "FENCECHECK_WORKER_CONFIG".into(),
-                "worker-config".into(),
-                "worker-0".into(),
+                "FENCECHECK_WORKER_ACCESS".into(),
+                "worker-access".into(),
+                "access".into(),
             )],
         });
         let spec = serde_json::to_value(&p).expect("json");
@@ -676,16 +681,14 @@ mod tests {
             .clone();
         let var = env
             .iter()
-            .find(|e| e["name"] == "FENCECHECK_WORKER_CONFIG")
-            .expect("the config's variable");
+            .find(|e| e["name"] == "FENCECHECK_WORKER_ACCESS")
+            .expect("the access variable");
         assert!(var.get("value").is_none(), "{var}");
-        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], "worker-config");
-        assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], "worker-0");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], "worker-access");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], "access");
         assert!(env
             .iter()
             .any(|e| e["name"] == "PLAIN" && e["value"] == "shown"));
-        let command = spec["spec"]["containers"][0]["command"].to_string();
-        assert!(!command.contains("--config"), "{command}");
     }
 
     #[test]

@@ -86,9 +86,9 @@ pub struct Launch {
     pub id: u32,
     /// The worker's program and arguments.
     pub program: Vec<String>,
-    /// Its config (JSON, [`crate::worker::CONFIG_ENV`]): in a Secret, not in
-    /// the pod's spec.
-    pub config: String,
+    /// The service's access material (JSON, [`crate::worker::ACCESS_ENV`]),
+    /// the same for every worker: in a Secret, not in the pod's spec.
+    pub access: Option<String>,
     pub env: Vec<(String, String)>,
     /// Where its output goes.
     pub log: PathBuf,
@@ -141,18 +141,22 @@ impl KubernetesBackend {
             launches.len(),
             self.ns
         ));
-        // Each worker's config, with any access token in it, in a Secret its
-        // pod takes it from (`namespace::worker_configs`).
-        super::namespace::worker_configs(
-            &self.client,
-            &self.ns,
-            &self.run_id,
-            launches
-                .iter()
-                .map(|l| (format!("worker-{}", l.id), l.config.clone()))
-                .collect(),
-        )
-        .await?;
+        // The service's access token, in a Secret the pods take it from
+        // (`namespace::worker_access`).
+        let access = launches.iter().find_map(|l| l.access.as_deref());
+        if let Some(json) = access {
+            super::namespace::worker_access(&self.client, &self.ns, &self.run_id, json).await?;
+        }
+        let secret_env: Vec<(String, String, String)> = access
+            .map(|_| {
+                (
+                    crate::worker::ACCESS_ENV.to_string(),
+                    super::namespace::WORKER_ACCESS.to_string(),
+                    super::namespace::WORKER_ACCESS_KEY.to_string(),
+                )
+            })
+            .into_iter()
+            .collect();
         let mut created = Vec::new();
         for l in &launches {
             let name = format!("worker-{}", l.id);
@@ -176,11 +180,7 @@ impl KubernetesBackend {
                 user: None,
                 host_files: host_files.clone(),
                 pull_secret: self.pull_secret.as_deref(),
-                secret_env: vec![(
-                    crate::worker::CONFIG_ENV.to_string(),
-                    super::namespace::WORKER_CONFIG.to_string(),
-                    format!("worker-{}", l.id),
-                )],
+                secret_env: secret_env.clone(),
             });
             pods::create(&self.pods, &pod)
                 .await

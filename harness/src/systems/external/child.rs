@@ -59,8 +59,9 @@ pub fn spawn(ext: &ExternalConfig, worker: u32, lost: LostSlot) -> Result<Proc, 
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .env("FENCECHECK_WORKER", worker.to_string())
-        // The worker's own config (an access token in it) is not the adapter's.
-        .env_remove(crate::worker::CONFIG_ENV)
+        // The worker's access token is not the adapter's environment's (the
+        // adapter gets it in `open`).
+        .env_remove(crate::worker::ACCESS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
