@@ -52,13 +52,23 @@ fn run_text(dir: &Path, text: &str, out: &Path) -> (Output, Value) {
     (output, read_report(out))
 }
 
-/// No process whose command line names `script` is left (polled: the kernel
-/// delivers PDEATHSIG and the worker's kill asynchronously).
-fn assert_no_client_left(script: &Path) {
+/// No process of the run in `out` whose command line names `script` is left
+/// (polled: the kernel delivers PDEATHSIG and the worker's kill
+/// asynchronously). Of the run: its workers name `out` on their command line,
+/// its clients run in it (their working directory). Two tests run at a time,
+/// and another one's clients of the same script are not this run's.
+fn assert_no_client_left(script: &Path, out: &Path) {
     let needle = script.display().to_string();
+    let of_run = |pid: u32, cmd: &str| {
+        cmd.contains(&out.display().to_string())
+            || std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|d| d.starts_with(out))
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let left = processes_mentioning(&needle);
+        let left: Vec<_> = processes_mentioning(&needle)
+            .into_iter()
+            .filter(|(pid, _, cmd)| of_run(*pid, cmd))
+            .collect();
         if left.is_empty() {
             return;
         }
@@ -115,7 +125,7 @@ fn broken(mode: &[&str], script: &str, expect: &str) -> Value {
     let log = std::fs::read_to_string(out.join(format!("worker-{worker}.log"))).expect("log");
     assert!(log.contains(expect), "worker log: {log}");
     assert_nothing_left(&out);
-    assert_no_client_left(&path);
+    assert_no_client_left(&path, &out);
     r
 }
 
@@ -178,7 +188,7 @@ fn a_client_that_never_answers_is_unknown_restarted_and_never_hangs() {
         "the request line: {p}"
     );
     assert_nothing_left(&out);
-    assert_no_client_left(&path);
+    assert_no_client_left(&path, &out);
 }
 
 #[test]
@@ -269,7 +279,7 @@ fn python_etcd3_grants_resolve_to_the_service_order() {
         );
     }
     assert_nothing_left(&out);
-    assert_no_client_left(&path);
+    assert_no_client_left(&path, &out);
 }
 
 /// A pause of the holder stops its worker's whole process group: the library
@@ -343,7 +353,7 @@ fn a_holder_pause_freezes_the_client_with_its_worker() {
         pauses[0]
     );
     assert_nothing_left(&out);
-    assert_no_client_left(&path);
+    assert_no_client_left(&path, &out);
 }
 
 fn has_python_module(m: &str) -> bool {
@@ -387,7 +397,7 @@ fn library_run(script: &str, config: &str, client_lines: &str) -> (Value, Vec<Va
         .filter(|o| o["what"] == "created")
         .collect();
     assert_nothing_left(&out);
-    assert_no_client_left(&path);
+    assert_no_client_left(&path, &out);
     (r, created)
 }
 
