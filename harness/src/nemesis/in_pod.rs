@@ -80,7 +80,8 @@ impl Nemesis {
         // A waiter's acquire names no victim: the target is looked up as at a
         // time, so the waiter its agent stopped goes on at once (every worker,
         // that one too, is paused anyway).
-        if !aim::names_victim(p.target, &seen) && p.target != Target::AllWorkers {
+        let not_victim = !aim::names_victim(p.target, &seen) && p.target != Target::AllWorkers;
+        if not_victim {
             let cont = backend
                 .resume(crate::backend::Service::Worker(f.worker))
                 .await;
@@ -92,7 +93,7 @@ impl Nemesis {
                     .unwrap_or_default()
             ));
         }
-        if p.kind != FaultKind::Pause && detail.get("continued_at_once").is_none() {
+        if p.kind != FaultKind::Pause && !not_victim {
             if let Ok(mut h) = self.held.lock() {
                 h.insert(p.id, (f.worker, f.stopped_ns));
             }
