@@ -23,6 +23,7 @@
 //! See the crate README for the exact fault semantics.
 
 pub mod bench;
+pub mod ctl;
 mod pump;
 #[cfg(target_os = "linux")]
 mod splice;

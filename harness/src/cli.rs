@@ -207,6 +207,14 @@ enum Command {
         #[arg(long)]
         config: String,
     },
+    /// (internal) Fault proxies of a run's links hosted away from the harness
+    /// (a pod on a node that is not the harness's machine), steered by one-line
+    /// commands (`links.rs`).
+    #[command(hide = true)]
+    Links {
+        #[command(subcommand)]
+        action: LinksAction,
+    },
     /// (internal) The fencing storage service.
     #[command(hide = true)]
     Storage {
@@ -218,6 +226,23 @@ enum Command {
         fencing: fencecheck_storage::Fencing,
         #[arg(long, default_value = "flush")]
         durability: fencecheck_storage::Durability,
+    },
+}
+
+#[derive(Subcommand)]
+enum LinksAction {
+    /// Starts a proxy per LISTEN=UPSTREAM (indexes 0.. in order) and answers
+    /// commands on SOCKET until killed.
+    Serve {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(value_parser = crate::links::serve::parse_pair, required = true)]
+        pairs: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+    },
+    /// Joins stdin and stdout to a `serve`'s SOCKET until stdin ends.
+    Ctl {
+        #[arg(long)]
+        socket: PathBuf,
     },
 }
 
@@ -342,6 +367,7 @@ pub fn main() -> i32 {
             | Command::Bench { .. }
             | Command::Worker { .. }
             | Command::Storage { .. }
+            | Command::Links { .. }
             | Command::Shrink { .. }
     );
     if !drives_services {
@@ -454,6 +480,18 @@ pub fn main() -> i32 {
             fencing,
             durability,
         } => storage(listen, log, fencing, durability),
+        Command::Links { action } => block_on(false, async move {
+            let r = match action {
+                LinksAction::Serve { socket, pairs } => {
+                    crate::links::serve::serve(&socket, &pairs).await
+                }
+                LinksAction::Ctl { socket } => crate::links::serve::ctl(&socket).await,
+            };
+            match r {
+                Ok(()) => EXIT_PASS,
+                Err(e) => error(format!("{e:#}")),
+            }
+        }),
     }
 }
 

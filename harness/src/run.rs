@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::assess;
 use crate::backend::{self, Backend, Deployment};
-use crate::links::Links;
+use crate::links::{self, Links};
 use crate::nemesis::{self, Nemesis, Planned, World};
 use crate::proc::{spawn, Child};
 use crate::record::history::{monotonic_ns, Event, EventType, EventWriter, Process, F};
@@ -211,23 +211,28 @@ pub async fn run(
     let say = |m: &str| run.say(m);
     let (backend, dep) = Backend::start(chosen, &scenario, external, &run.dir, &say).await?;
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
-    // Worker pods on a node that is not this machine reach their proxies at
-    // this machine's address on the route to it.
-    let worker_side = backend.lock().await.worker_side();
-    let links = Links::start(
-        scenario.workload.workers,
-        &dep.clients,
-        dep.storage,
-        dep.peer_proxies.clone(),
-        scenario.network.cut_links(),
-        worker_side,
-    )
-    .await;
+    // The workers' links: proxies of this process, or, for worker pods on a
+    // node that is not this machine, proxies in a pod on that node.
+    let ups = links::upstreams(scenario.workload.workers, &dep.clients, dep.storage);
+    let made = backend.lock().await.start_links(&ups, &say).await;
+    let links = match made {
+        Ok(made) => {
+            Links::new(
+                scenario.workload.workers,
+                dep.clients.len(),
+                made,
+                dep.peer_proxies.clone(),
+                scenario.network.cut_links(),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let outcome = match links {
         Ok(links) => {
             let links = Arc::new(links);
             let r = drive(&run, &dep, backend.clone(), links.clone()).await;
-            if let Some(n) = links.standing_report() {
+            if let Some(n) = links.standing_report().await {
                 let text = serde_json::to_string_pretty(&n).unwrap_or_default();
                 if let Err(e) = std::fs::write(run.dir.join(rundir::NETWORK_JSON), text + "\n") {
                     run.say(&format!("cannot write {}: {e}", rundir::NETWORK_JSON));
@@ -629,7 +634,7 @@ fn worker_config(
         },
         resource: run
             .resource
-            .reach(links.worker_storage[id as usize].local_addr()),
+            .reach(links.worker_storage[id as usize].listen()),
         token: s.storage.token.mode(),
         keys: s.workload.keys,
         ops_per_hold: s.workload.ops_per_hold,

@@ -320,13 +320,17 @@ impl Backend {
         }
     }
 
-    /// Where the workers' proxies listen: `None`, this machine's loopback;
-    /// worker pods on a node that is not this machine reach them at this
-    /// machine's address on the route to it.
-    pub fn worker_side(&self) -> Option<std::net::IpAddr> {
+    /// The workers' link proxies, one per `upstreams` entry (`links.rs`): in
+    /// this process on this machine's loopback; for worker pods on a node that
+    /// is not this machine, in a pod on that node (`KubernetesBackend::start_links`).
+    pub async fn start_links(
+        &mut self,
+        ups: &[std::net::SocketAddr],
+        say: &dyn Fn(&str),
+    ) -> Result<Vec<crate::links::Link>> {
         match self {
-            Backend::Kubernetes(k) => k.workers_remote().map(|r| r.harness_ip),
-            _ => None,
+            Backend::Kubernetes(k) if k.workers_remote().is_some() => k.start_links(ups, say).await,
+            _ => crate::links::start_here(ups, None).await,
         }
     }
 

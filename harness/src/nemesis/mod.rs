@@ -325,22 +325,26 @@ impl Nemesis {
         }
     }
 
-    /// Continues every process this nemesis stopped and clears every link fault.
-    /// Safe to call any number of times, from any exit path.
+    /// Continues every process this nemesis stopped and clears every link fault
+    /// of the harness's own proxies. Safe to call any number of times, from any
+    /// exit path (a `Drop` too). Links in a pod are healed by [`Nemesis::heal_all`],
+    /// or go with their pod.
     pub fn heal(&self) {
         if let Ok(mut s) = self.stopped.lock() {
             for pid in s.drain() {
                 let _ = pause::cont(pid);
             }
         }
-        self.world.links.heal();
+        self.world.links.heal_here();
     }
 
     /// The heal phase: every fault removed, every process continued, every killed
     /// member restarted. Returns what had to be undone, for the record.
     pub async fn heal_all(&self) -> Vec<String> {
         self.heal();
-        self.world.backend.lock().await.heal().await
+        let mut undone = self.world.links.heal().await;
+        undone.extend(self.world.backend.lock().await.heal().await);
+        undone
     }
 }
 

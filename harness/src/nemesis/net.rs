@@ -4,11 +4,12 @@
 //! chunk; a partition blackholes bytes while connections stay open, as a dead
 //! network path does.
 
-use faultproxy::{Direction, Fault, Proxy, Stats};
+use faultproxy::{Fault, Stats};
 use fencecheck_reports::FaultEffect;
 
 use super::target::member_links;
 use super::{effect, Ask, Nemesis, Planned, Resolved};
+use crate::links::Link;
 use crate::record::history::{EventType, F};
 
 /// Member links exist only where the system's members talk to each other.
@@ -46,9 +47,14 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
         }
         _ => Vec::new(),
     };
-    let before: Vec<Stats> = proxies.iter().map(Proxy::stats).collect();
+    // A link away from the harness (in a pod) that cannot be counted or set is
+    // said in the record: the fault did not land there.
+    let mut errors: Vec<String> = Vec::new();
+    let before = counters(&proxies, &mut errors).await;
     for px in &proxies {
-        px.set(Direction::Both, fault);
+        if let Err(e) = px.set(fault).await {
+            errors.push(format!("{e:#}"));
+        }
     }
     let mut start = n.event(p, EventType::Invoke, f);
     start.detail = Some(serde_json::json!({
@@ -64,14 +70,20 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
         "latency_ms": p.latency.as_millis() as u64,
         "jitter_ms": p.latency_jitter.as_millis() as u64,
         "links": proxies.len(),
+        "proxies_in": places(&proxies),
         "duration_ms": p.duration.as_millis() as u64,
     }));
+    if !errors.is_empty() {
+        start.error = Some(errors.join("; "));
+    }
     n.record(&start);
     tokio::time::sleep(p.duration).await;
     // Counted before the fault is lifted: what the window itself did.
-    let after: Vec<Stats> = proxies.iter().map(Proxy::stats).collect();
+    let after = counters(&proxies, &mut errors).await;
     for px in &proxies {
-        px.clear(Direction::Both);
+        if let Err(e) = px.clear().await {
+            errors.push(format!("{e:#}"));
+        }
     }
     if !isolated.is_empty() {
         if let Err(e) = n.world.backend.lock().await.isolate(&isolated, false).await {
@@ -85,7 +97,16 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
     };
     let mut end = n.event(p, kind, f);
     end.detail = Some(serde_json::json!({ "action": "heal" }));
-    if !proxies.is_empty() {
+    if !proxies.is_empty() && !errors.is_empty() {
+        // Counters missing for some link would make the count a guess.
+        effect::record(
+            &mut end.detail,
+            &FaultEffect::unchecked(format!(
+                "a link's proxy did not answer: {}",
+                errors.join("; ")
+            )),
+        );
+    } else if !proxies.is_empty() {
         effect::record(&mut end.detail, &counted(fault, &before, &after));
     } else if !isolated.is_empty() {
         effect::record(
@@ -100,6 +121,27 @@ pub async fn run(n: &Nemesis, p: &Planned, target: &Resolved, fault: Fault) {
         end.error = Some("no link to break".into());
     }
     n.record(&end);
+}
+
+/// Each link's counters; one that cannot be read counts as zero and is said in
+/// `errors`.
+async fn counters(links: &[Link], errors: &mut Vec<String>) -> Vec<Stats> {
+    let mut out = Vec::new();
+    for l in links {
+        out.push(l.stats().await.unwrap_or_else(|e| {
+            errors.push(format!("{e:#}"));
+            Stats::default()
+        }));
+    }
+    out
+}
+
+/// Where the links' proxies run: "harness", or the pod that hosts them.
+fn places(links: &[Link]) -> Vec<String> {
+    let mut p: Vec<String> = links.iter().map(|l| l.place().to_string()).collect();
+    p.sort();
+    p.dedup();
+    p
 }
 
 /// Bytes a link fault acted on, from the proxies' counters before and after the

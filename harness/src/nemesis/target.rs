@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::links::Link;
 use anyhow::{anyhow, bail, Context, Result};
-use faultproxy::Proxy;
 use rand::seq::{IteratorRandom, SliceRandom};
 use rand::Rng;
 use serde::Serialize;
@@ -64,7 +64,7 @@ pub enum Resolved {
     /// Links to break, and what they are (for the record).
     Links {
         what: serde_json::Value,
-        proxies: Vec<Proxy>,
+        proxies: Vec<Link>,
     },
 }
 
@@ -214,7 +214,7 @@ fn member_target(members: Vec<usize>, leader: Option<usize>) -> Resolved {
 }
 
 /// The peer proxies of the given members (every link into each of them).
-pub fn member_links(n: &Nemesis, members: &[MemberRef]) -> Vec<Proxy> {
+pub fn member_links(n: &Nemesis, members: &[MemberRef]) -> Vec<Link> {
     members
         .iter()
         .filter_map(|m| n.world.links.peers.get(m.member))

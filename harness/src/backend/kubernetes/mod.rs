@@ -40,6 +40,7 @@
 pub mod aim;
 pub mod connect;
 pub mod elect;
+pub mod links;
 pub mod namespace;
 pub mod pods;
 pub mod reaper;
