@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/second-node.sh up|down|status — a second node for the local Kubernetes
+# ci/second-node.sh up|down|status|wall on|off — a second node for the local Kubernetes
 # cluster (`fencecheck cluster up`) that is NOT the harness's network: the test
 # bed for running the kubernetes backend's pods on nodes other than its own
 # (docs/backends.md, "Not built yet"). `harness/tests/full/k8s_backend.rs` brings
@@ -221,6 +221,29 @@ down() {
 	echo "second node down"
 }
 
+# `wall on`: the node may open connections to this machine only at the API
+# server's forwarder and the registry, as a node in a cloud reaches its
+# control plane and its registry but not the laptop the harness runs on.
+# Connections this machine opens to the node, and their replies, still pass.
+# `wall off` takes the rule out again (`down` goes with the namespace).
+wall() {
+	cluster_facts
+	ip netns exec $NETNS iptables -D OUTPUT -j FC-WALL 2>/dev/null || true
+	ip netns exec $NETNS iptables -F FC-WALL 2>/dev/null || true
+	ip netns exec $NETNS iptables -X FC-WALL 2>/dev/null || true
+	case "${1:-}" in
+	on)
+		ip netns exec $NETNS iptables -N FC-WALL
+		ip netns exec $NETNS iptables -A FC-WALL -d $HOST_IP -p tcp -m conntrack --ctstate NEW \
+			-m multiport ! --dports "$PORT,$REGISTRY_PORT" -j REJECT --reject-with tcp-reset
+		ip netns exec $NETNS iptables -I OUTPUT 1 -j FC-WALL
+		echo "node $NODE reaches this machine only at $HOST_IP:$PORT (the API server) and :$REGISTRY_PORT (the registry)"
+		;;
+	off) echo "node $NODE reaches this machine again" ;;
+	*) die "usage: ci/second-node.sh wall on|off" ;;
+	esac
+}
+
 status() {
 	cluster_facts
 	if [ -d "$STATE" ] && node_ready; then echo "node $NODE Ready"; else echo "node $NODE not up"; exit 1; fi
@@ -230,5 +253,6 @@ case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
-*) die "usage: ci/second-node.sh up|down|status" ;;
+wall) wall "${2:-}" ;;
+*) die "usage: ci/second-node.sh up|down|status|wall on|off" ;;
 esac
