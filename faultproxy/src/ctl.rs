@@ -9,7 +9,9 @@
 //! - `I set latency US JITTER_US`, `I set blackhole`, `I set bandwidth BPS`:
 //!   the fault in both directions;
 //! - `I clear` (both directions), `I clear-all`, `I reject on|off`, `I reset`;
-//! - `I stats`: the proxy's counters.
+//! - `I stats`: the proxy's counters;
+//! - `add LISTEN UPSTREAM`: starts one more proxy; the answer is `ok I`, its
+//!   index ([`serve_unix`] only: a set that grows while it is steered).
 //!
 //! Answers: `ok`, `ok` and the eleven counters of [`Stats`] in their declared
 //! order (for `stats`), or `error WHY`.
@@ -174,12 +176,37 @@ pub fn parse_answer(line: &str) -> Result<Option<Stats>, String> {
     }
 }
 
+/// The command that starts one more proxy.
+pub fn add_line(listen: std::net::SocketAddr, upstream: std::net::SocketAddr) -> String {
+    format!("add {listen} {upstream}")
+}
+
+/// Carries out an `add` line: the new proxy's index, or why not.
+async fn add(proxies: &tokio::sync::RwLock<Vec<Proxy>>, line: &str) -> String {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let (Some(l), Some(u), 3) = (
+        w.get(1).and_then(|a| a.parse().ok()),
+        w.get(2).and_then(|a| a.parse().ok()),
+        w.len(),
+    ) else {
+        return format!("error expected add LISTEN UPSTREAM (host:port each), got {line:?}");
+    };
+    match Proxy::start(l, u).await {
+        Ok(p) => {
+            let mut all = proxies.write().await;
+            all.push(p);
+            format!("ok {}", all.len() - 1)
+        }
+        Err(e) => format!("error proxy {l} -> {u}: {e}"),
+    }
+}
+
 /// Answers commands on a unix socket at `path` (replaced if it is there), one
 /// connection at a time or several, a line each, until the process ends.
 pub async fn serve_unix(proxies: Vec<Proxy>, path: &Path) -> std::io::Result<()> {
     let _ = std::fs::remove_file(path);
     let listener = tokio::net::UnixListener::bind(path)?;
-    let proxies = std::sync::Arc::new(proxies);
+    let proxies = std::sync::Arc::new(tokio::sync::RwLock::new(proxies));
     loop {
         let (conn, _) = listener.accept().await?;
         let proxies = proxies.clone();
@@ -187,7 +214,11 @@ pub async fn serve_unix(proxies: Vec<Proxy>, path: &Path) -> std::io::Result<()>
             let (r, mut w) = conn.into_split();
             let mut lines = BufReader::new(r).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let mut a = answer(&proxies, &line);
+                let mut a = if line.starts_with("add ") {
+                    add(&proxies, &line).await
+                } else {
+                    answer(&proxies.read().await, &line)
+                };
                 a.push('\n');
                 if w.write_all(a.as_bytes()).await.is_err() {
                     break;
@@ -275,12 +306,19 @@ mod tests {
         };
         let (r, mut w) = conn.into_split();
         let mut lines = BufReader::new(r).lines();
+        w.write_all(format!("{}\n", add_line("127.0.0.1:0".parse().unwrap(), up)).as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(lines.next_line().await.unwrap().unwrap(), "ok 1");
+        w.write_all(b"add nowhere 127.0.0.1:1\n").await.unwrap();
+        let refused = lines.next_line().await.unwrap().unwrap();
+        assert!(refused.starts_with("error expected add"), "{refused}");
         let mut ask = async |line: String| {
             w.write_all(format!("{line}\n").as_bytes()).await.unwrap();
             parse_answer(&lines.next_line().await.unwrap().unwrap())
         };
         assert_eq!(ask(Op::Set(Fault::Blackhole).line(0)).await, Ok(None));
-        assert!(ask(Op::Stats.line(1)).await.is_err(), "no proxy 1");
+        assert!(ask(Op::Stats.line(2)).await.is_err(), "no proxy 2");
         let mut c = tokio::net::TcpStream::connect(p.local_addr())
             .await
             .unwrap();

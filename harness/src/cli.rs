@@ -231,12 +231,12 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LinksAction {
-    /// Starts a proxy per LISTEN=UPSTREAM (indexes 0.. in order) and answers
-    /// commands on SOCKET until killed.
+    /// Starts a proxy per LISTEN=UPSTREAM (indexes 0.. in order; more can be
+    /// added by command) and answers commands on SOCKET until killed.
     Serve {
         #[arg(long)]
         socket: PathBuf,
-        #[arg(value_parser = crate::links::serve::parse_pair, required = true)]
+        #[arg(value_parser = crate::links::serve::parse_pair)]
         pairs: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
     },
     /// Joins stdin and stdout to a `serve`'s SOCKET until stdin ends.

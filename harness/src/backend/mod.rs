@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use faultproxy::Proxy;
 
 use crate::scenario::{BackendKind, Scenario, ServiceKind};
 
@@ -26,7 +25,7 @@ pub struct Deployment {
     pub storage: SocketAddr,
     /// `peer_proxies[m]`: the proxies in front of member `m`'s peer ports (every
     /// link into it); empty where the backend has none (docker).
-    pub peer_proxies: Vec<Vec<Proxy>>,
+    pub peer_proxies: Vec<Vec<crate::links::Link>>,
     /// The service version actually running, e.g. "3.5.1".
     pub version: String,
     /// Which backend ran, and why (for `auto`).

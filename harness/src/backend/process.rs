@@ -255,7 +255,7 @@ impl ProcessBackend {
             service: svc,
             clients: addrs.iter().map(|a| a.client).collect(),
             storage: storage_addr,
-            peer_proxies: proxies,
+            peer_proxies: crate::links::here(proxies),
             version: deploy.version().to_string(),
             backend: "process".into(),
             backend_reason: String::new(),

@@ -42,11 +42,48 @@ impl Ctl {
         })
     }
 
+    /// Waits for `links ctl`'s first line, [`super::serve::READY`]: it has
+    /// reached the server and reads what is sent from now on.
+    pub async fn ready(&self, within: Duration) -> Result<()> {
+        let mut io = self.io.lock().await;
+        let line = tokio::time::timeout(within, io.1.next_line())
+            .await
+            .map_err(|_| anyhow!("{}: links ctl did not start within {within:?}", self.what))?
+            .with_context(|| format!("{}: links ctl", self.what))?
+            .with_context(|| format!("{}: links ctl ended before it was ready", self.what))?;
+        anyhow::ensure!(
+            line.trim() == super::serve::READY,
+            "{}: links ctl said {line:?} first",
+            self.what
+        );
+        Ok(())
+    }
+
     /// Sends `op` for proxy `i` and reads its answer.
     pub async fn ask(&self, i: usize, op: Op) -> Result<Option<Stats>> {
+        let line = op.line(i);
+        let answer = self.round_trip(&line).await?;
+        faultproxy::ctl::parse_answer(&answer).map_err(|e| anyhow!("{}: {line:?}: {e}", self.what))
+    }
+
+    /// Starts one more proxy there, listening on `listen`: a link to `upstream`.
+    pub async fn add(self: &Arc<Self>, listen: SocketAddr, upstream: SocketAddr) -> Result<Link> {
+        let line = faultproxy::ctl::add_line(listen, upstream);
+        let answer = self.round_trip(&line).await?;
+        let index = answer
+            .strip_prefix("ok ")
+            .and_then(|i| i.trim().parse().ok())
+            .ok_or_else(|| anyhow!("{}: {line:?}: {answer}", self.what))?;
+        Ok(Link::Away {
+            ctl: self.clone(),
+            index,
+            listen,
+        })
+    }
+
+    async fn round_trip(&self, line: &str) -> Result<String> {
         let mut io = self.io.lock().await;
         let (w, r) = &mut *io;
-        let line = op.line(i);
         let round = async {
             w.write_all(format!("{line}\n").as_bytes()).await?;
             w.flush().await?;
@@ -62,7 +99,7 @@ impl Ctl {
             })?
             .with_context(|| format!("{}: {line:?}", self.what))?
             .with_context(|| format!("{}: the command line closed at {line:?}", self.what))?;
-        faultproxy::ctl::parse_answer(&answer).map_err(|e| anyhow!("{}: {line:?}: {e}", self.what))
+        Ok(answer)
     }
 }
 
@@ -162,11 +199,14 @@ mod tests {
         assert!(p.faults().upstream.is_clear());
         assert_eq!(away.stats().await.unwrap(), p.stats());
         let missing = Link::Away {
-            ctl,
+            ctl: ctl.clone(),
             index: 3,
             listen,
         };
         let e = missing.clear().await.unwrap_err().to_string();
+        // `add` needs a real links server (`serve_unix`); here it is refused
+        // by the answer function, which does not know it, and says so.
+        assert!(ctl.add(listen, up).await.is_err());
         assert!(e.contains("pod links") && e.contains("no proxy 3"), "{e}");
         assert_eq!(away.listen(), Link::Here(p).listen());
     }

@@ -68,13 +68,21 @@ pub async fn start_here(
     Ok(out)
 }
 
+/// Proxies of the harness's, as links.
+pub fn here(proxies: Vec<Vec<Proxy>>) -> Vec<Vec<Link>> {
+    proxies
+        .into_iter()
+        .map(|ps| ps.into_iter().map(Link::Here).collect())
+        .collect()
+}
+
 impl Links {
     /// `made`: the workers' links, as [`upstreams`] lists them.
     pub async fn new(
         workers: u32,
         members: usize,
         made: Vec<Link>,
-        peers: Vec<Vec<Proxy>>,
+        peers: Vec<Vec<Link>>,
         standing: Vec<(u32, u32)>,
     ) -> Result<Links> {
         anyhow::ensure!(
@@ -92,10 +100,7 @@ impl Links {
         let links = Links {
             worker_service,
             worker_storage,
-            peers: peers
-                .into_iter()
-                .map(|ps| ps.into_iter().map(Link::Here).collect())
-                .collect(),
+            peers,
             standing,
         };
         links.cut_standing().await?;

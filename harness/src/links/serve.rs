@@ -12,8 +12,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use faultproxy::Proxy;
 
-/// Where `serve` answers, in the pod.
-pub const SOCKET: &str = "/tmp/fencecheck-links.sock";
+/// Where `serve` answers, in the pod (its root: a `FROM scratch` image has no
+/// /tmp).
+pub const SOCKET: &str = "/fencecheck-links.sock";
+/// What `ctl` prints first, once it has reached the server.
+pub const READY: &str = "ready";
 /// How long `ctl` waits for `serve`'s socket to appear.
 const CTL_WAIT: Duration = Duration::from_secs(30);
 
@@ -70,6 +73,14 @@ pub async fn ctl(socket: &Path) -> Result<()> {
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
+    // The controller sends nothing before this line: what an exec's stdin
+    // carries before the process runs may be lost on the way.
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut out = tokio::io::stdout();
+        out.write_all(format!("{READY}\n").as_bytes()).await?;
+        out.flush().await?;
+    }
     let (mut r, mut w) = conn.into_split();
     // Stdin's end is the controller's: the server then ends this connection
     // once it has answered what it was sent, and the answers are printed.

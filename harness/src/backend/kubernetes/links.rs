@@ -1,14 +1,15 @@
-//! The workers' link proxies on a node that is not this machine: one pod,
-//! `links`, on that node's network, running `fencecheck links serve` (the
-//! worker image there carries the binary) with a proxy per link. The workers
-//! reach the members and the storage through it without their traffic leaving
-//! the node, so nothing of the run's traffic needs the node to reach this
-//! machine. The harness steers the proxies through one exec of `links ctl`
+//! The run's link proxies on a node that is not this machine, when the
+//! workers are pods there: one pod, `links`, on that node's network, running
+//! `fencecheck links serve` (the worker image there carries the binary) with a
+//! proxy per link: each member's peer ports (added before the members start)
+//! and each worker's links to the members and the storage. The run's traffic
+//! stays on the node, so nothing of it needs the node to reach this machine. The harness steers the proxies through one exec of `links ctl`
 //! into the pod, held open for the run: a command and its answer each cross
 //! the API server once.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -20,52 +21,26 @@ use crate::links::{Ctl, Link};
 
 /// The pod's name in the run's namespace.
 pub const POD: &str = "links";
+/// How long `links ctl` may take to reach the server (its own wait is 30 s).
+const CTL_READY: std::time::Duration = std::time::Duration::from_secs(40);
+/// Its output, in the run directory.
+const LOG: &str = "links.log";
 
 impl KubernetesBackend {
-    /// Starts a proxy per `ups` entry in the `links` pod on the node, each on a
-    /// port of the node's of its own, and the exec that steers them.
-    pub async fn start_links(
-        &mut self,
-        ups: &[SocketAddr],
-        say: &dyn Fn(&str),
-    ) -> Result<Vec<Link>> {
-        let r = self
-            .workers_remote()
-            .context("the workers are not pods on a node that is not this machine")?
-            .clone();
+    /// The `links` pod's command line: the pod created, with no proxy yet, and
+    /// the exec that steers it opened, the first time.
+    async fn links_pod(&mut self, say: &dyn Fn(&str)) -> Result<Arc<Ctl>> {
+        if let Some(c) = &self.links {
+            return Ok(c.clone());
+        }
         let image = self
             .worker_image
             .clone()
             .context("the workers have no image")?;
-        // Ports the members and the storage already listen on, there.
-        let taken: HashSet<u16> = ups
-            .iter()
-            .copied()
-            .chain(self.peer_proxies.iter().map(|p| p.upstream()))
-            .map(|a| a.port())
-            .collect();
-        let listens: Vec<SocketAddr> = super::node_ports(ups.len() + taken.len())
-            .into_iter()
-            .filter(|p| !taken.contains(p))
-            .take(ups.len())
-            .map(|p| SocketAddr::new(r.node_ip, p))
-            .collect();
-        anyhow::ensure!(
-            listens.len() == ups.len(),
-            "not enough free ports on the node"
-        );
         let exe = std::env::current_exe().context("cannot find the fencecheck binary")?;
-        let mut program = vec![
-            exe.display().to_string(),
-            "links".into(),
-            "serve".into(),
-            "--socket".into(),
-            SOCKET.into(),
-        ];
-        program.extend(listens.iter().zip(ups).map(|(l, u)| format!("{l}={u}")));
+        let exe = exe.display().to_string();
         say(&format!(
-            "starting {} link proxies in pod {POD} on node {} (the workers' traffic stays there)",
-            ups.len(),
+            "starting the link proxies' pod {POD} on node {} (the run's traffic stays there)",
             self.node
         ));
         let t0 = Instant::now();
@@ -75,7 +50,13 @@ impl KubernetesBackend {
             role: "links",
             node: &self.node,
             image: &image,
-            program,
+            program: vec![
+                exe.clone(),
+                "links".into(),
+                "serve".into(),
+                "--socket".into(),
+                SOCKET.into(),
+            ],
             env: Vec::new(),
             run_dir: &self.run_dir,
             remote: true,
@@ -88,7 +69,7 @@ impl KubernetesBackend {
         pods::create(&self.pods, &pod)
             .await
             .context("the link proxies' pod did not start")?;
-        let log = self.run_dir.join("links.log");
+        let log = self.run_dir.join(LOG);
         pods::running(&self.pods, POD)
             .await
             .with_context(|| format!("see {}", log.display()))?;
@@ -96,54 +77,136 @@ impl KubernetesBackend {
             self.streams.clone(),
             self.ns.clone(),
             POD.into(),
-            log.clone(),
+            log,
         ));
         let ap = AttachParams::default()
             .container(pods::CONTAINER)
             .stdin(true)
             .stdout(true)
-            .stderr(false);
-        let exe = exe.display().to_string();
-        let mut proc = self
-            .pods
+            .stderr(true);
+        // On the client without a read timeout: the exec is quiet between
+        // faults for longer than a call may take, and a read timeout would end
+        // it without a word (its stdin then goes nowhere).
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.streams.clone(), &self.ns);
+        let mut proc = pods
             .exec(POD, [exe.as_str(), "links", "ctl", "--socket", SOCKET], &ap)
             .await
             .with_context(|| format!("exec links ctl in pod {POD}"))?;
         let w = proc.stdin().context("exec: no stdin stream")?;
         let rd = proc.stdout().context("exec: no stdout stream")?;
+        // What `links ctl` says of itself (it could not reach the server), into
+        // the pod's log file beside what the server says.
+        if let Some(mut err) = proc.stderr() {
+            let path = self.run_dir.join(LOG);
+            tokio::spawn(async move {
+                let mut text = Vec::new();
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut err, &mut text).await;
+                if !text.is_empty() {
+                    use std::io::Write;
+                    if let Ok(mut f) = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&path)
+                    {
+                        let _ = f.write_all(&text);
+                    }
+                }
+            });
+        }
         let ctl = Ctl::new(
             Box::new(w),
             Box::new(rd),
             Box::new(std::sync::Mutex::new(proc)),
             format!("pod {POD}"),
         );
-        let links: Vec<Link> = listens
+        ctl.ready(CTL_READY).await?;
+        self.links_running_ms = Some(t0.elapsed().as_millis() as u64);
+        self.links = Some(ctl.clone());
+        Ok(ctl)
+    }
+
+    /// A proxy in the `links` pod per `(listen, upstream)` pair.
+    async fn add_links(
+        &mut self,
+        pairs: &[(SocketAddr, SocketAddr)],
+        say: &dyn Fn(&str),
+    ) -> Result<Vec<Link>> {
+        let ctl = self.links_pod(say).await?;
+        let mut out = Vec::new();
+        for &(l, u) in pairs {
+            self.node_ports_used.insert(l.port());
+            out.push(ctl.add(l, u).await?);
+        }
+        Ok(out)
+    }
+
+    /// The members' peer links, `pairs[m]` for member `m`: in the `links` pod,
+    /// before any member starts (each advertises its proxies).
+    pub async fn peer_links(
+        &mut self,
+        pairs: &[Vec<(SocketAddr, SocketAddr)>],
+        say: &dyn Fn(&str),
+    ) -> Result<Vec<Vec<Link>>> {
+        let mut out = Vec::new();
+        for mine in pairs {
+            out.push(self.add_links(mine, say).await?);
+        }
+        Ok(out)
+    }
+
+    /// The workers' links: a proxy per `ups` entry in the `links` pod on the
+    /// node, each on a port of the node's of its own.
+    pub async fn start_links(
+        &mut self,
+        ups: &[SocketAddr],
+        say: &dyn Fn(&str),
+    ) -> Result<Vec<Link>> {
+        let r = self
+            .workers_remote()
+            .context("the workers are not pods on a node that is not this machine")?
+            .clone();
+        let taken: HashSet<u16> = ups
             .iter()
-            .enumerate()
-            .map(|(index, &listen)| Link::Away {
-                ctl: ctl.clone(),
-                index,
-                listen,
-            })
+            .map(|a| a.port())
+            .chain(self.node_ports_used.iter().copied())
             .collect();
-        // Every proxy answers before a worker uses one (`serve` binds them all
-        // before it answers at all).
+        let listens: Vec<SocketAddr> = super::node_ports(ups.len() + taken.len())
+            .into_iter()
+            .filter(|p| !taken.contains(p))
+            .take(ups.len())
+            .map(|p| SocketAddr::new(r.node_ip, p))
+            .collect();
+        anyhow::ensure!(
+            listens.len() == ups.len(),
+            "not enough free ports on the node"
+        );
+        let pairs: Vec<(SocketAddr, SocketAddr)> =
+            listens.into_iter().zip(ups.iter().copied()).collect();
+        let links = self.add_links(&pairs, say).await?;
+        // Each answers before a worker uses one.
         for l in &links {
             l.stats()
                 .await
                 .with_context(|| format!("the link proxy {} in pod {POD}", l.listen()))?;
         }
-        let ready_ms = t0.elapsed().as_millis() as u64;
+        let peers = self.peer_links_count;
+        let running_ms = self.links_running_ms;
         self.edit_record(|rec| {
             if let Some(p) = rec["pods"].as_array_mut() {
                 p.push(POD.into());
             }
             rec["links"] = serde_json::json!({
                 "pod": POD,
-                "proxies": links.len(),
-                "running_ms": ready_ms,
+                "worker_links": links.len(),
+                "peer_links": peers,
+                "running_ms": running_ms,
             });
         });
+        say(&format!(
+            "{} worker link(s) and {peers} peer link(s) in pod {POD}",
+            links.len()
+        ));
         Ok(links)
     }
 }

@@ -126,6 +126,13 @@ pub struct KubernetesBackend {
     /// Files followed out of pods into the run directory (the storage's
     /// journal on a remote node), finished before the pods go.
     follows: Vec<pods::Follow>,
+    /// The `links` pod's command line, once it runs (`links.rs`).
+    links: Option<std::sync::Arc<crate::links::Ctl>>,
+    /// How long it took to run and answer, ms; how many peer links it holds.
+    links_running_ms: Option<u64>,
+    peer_links_count: usize,
+    /// Ports of the node's already chosen for the run's pods and links there.
+    node_ports_used: HashSet<u16>,
     /// The worker pods on a node that is not this machine, whose faults go
     /// through their agents (`Service::Worker`); empty elsewhere.
     remote_workers: Vec<PodProc>,
@@ -287,11 +294,31 @@ impl KubernetesBackend {
         let short = system.member_name();
         let peer_ports = system.ports().peers.len();
         let remote = cluster.remote.clone();
+        // Worker pods on a node that is not this machine: every link's proxy in
+        // a pod there (`links.rs`), the members' peer links too, so nothing of
+        // the run's traffic crosses this machine.
+        let links_in_pod = remote.is_some() && worker_image.is_some();
+        let mut peer_pairs: Vec<Vec<(SocketAddr, SocketAddr)>> = Vec::new();
         let (at, proxies) = match (&on_cluster, &remote) {
             (Some(_), _) => (Vec::new(), Vec::new()),
             (None, None) => super::process::placements(n, peer_ports, &run_dir, short).await?,
+            (None, Some(r)) if links_in_pod => {
+                let (at, pairs) = remote_placements_in_pod(n, peer_ports, &run_dir, short, r)?;
+                peer_pairs = pairs;
+                (at, Vec::new())
+            }
             (None, Some(r)) => remote_placements(n, peer_ports, &run_dir, short, r).await?,
         };
+        let node_ports_used: HashSet<u16> = at
+            .iter()
+            .flat_map(|p| {
+                [p.client.port()].into_iter().chain(
+                    p.peers
+                        .iter()
+                        .flat_map(|q| [q.bind.port(), q.advertise.port]),
+                )
+            })
+            .collect();
         let specs = match &deploy {
             Some(d) => d.members(scenario, &at)?,
             None => Vec::new(),
@@ -337,6 +364,10 @@ impl KubernetesBackend {
             worker_image,
             pull_secret: None,
             remote: remote.clone(),
+            links: None,
+            links_running_ms: None,
+            peer_links_count: peer_pairs.iter().map(Vec::len).sum(),
+            node_ports_used,
             follows: Vec::new(),
             remote_workers: Vec::new(),
             remote_events: Vec::new(),
@@ -402,8 +433,15 @@ impl KubernetesBackend {
         }
         if let Some(r) = &remote {
             say(&format!(
-                "node {} {}: its pods listen on {}, the harness's proxies on {}",
-                cluster.node, r.why, r.node_ip, r.harness_ip
+                "node {} {}: its pods listen on {}, {}",
+                cluster.node,
+                r.why,
+                r.node_ip,
+                if links_in_pod {
+                    "the link proxies too (a pod there)".to_string()
+                } else {
+                    format!("the harness's proxies on {}", r.harness_ip)
+                }
             ));
         }
         say(&format!(
@@ -448,6 +486,17 @@ impl KubernetesBackend {
             ready_ms: 0,
             node_clock: None,
         };
+        let peer_links = if links_in_pod {
+            match backend.peer_links(&peer_pairs, say).await {
+                Ok(l) => l,
+                Err(e) => {
+                    backend.stop().await;
+                    return Err(e.context("the members' peer links in a pod"));
+                }
+            }
+        } else {
+            crate::links::here(proxies)
+        };
         let started = backend
             .start_all(
                 &cluster,
@@ -472,7 +521,7 @@ impl KubernetesBackend {
             service: svc,
             clients,
             storage,
-            peer_proxies: proxies,
+            peer_proxies: peer_links,
             version,
             backend: "kubernetes".into(),
             backend_reason: String::new(),
@@ -1060,6 +1109,54 @@ async fn remote_placements(
         proxies.push(mine);
     }
     Ok((at, proxies))
+}
+
+/// [`remote_placements`] with each peer port's proxy in the `links` pod on the
+/// node instead (`links.rs`): the member advertises that proxy's port on the
+/// node's address. The pairs (the proxy's listen address, the peer port it
+/// leads to) are started once the run's namespace exists.
+#[allow(clippy::type_complexity)]
+fn remote_placements_in_pod(
+    n: usize,
+    peer_ports: usize,
+    run_dir: &Path,
+    short: &str,
+    r: &connect::Remote,
+) -> Result<(
+    Vec<crate::systems::members::Placement>,
+    Vec<Vec<(SocketAddr, SocketAddr)>>,
+)> {
+    let mut ports = node_ports(n * (1 + 2 * peer_ports)).into_iter();
+    let mut next =
+        || -> Result<SocketAddr> { Ok(SocketAddr::new(r.node_ip, ports.next().context("ports")?)) };
+    let mut at = Vec::new();
+    let mut pairs = Vec::new();
+    for i in 0..n {
+        let client = next()?;
+        let mut peers = Vec::new();
+        let mut mine = Vec::new();
+        for _ in 0..peer_ports {
+            let (bind, front) = (next()?, next()?);
+            peers.push(crate::systems::members::PeerPlace {
+                bind,
+                advertise: front.into(),
+            });
+            mine.push((front, bind));
+        }
+        at.push(crate::systems::members::Placement {
+            index: i,
+            client_bind: client,
+            client,
+            peers,
+            data_dir: crate::record::rundir::member_data(run_dir, short, i)
+                .display()
+                .to_string(),
+            config_dir: run_dir.display().to_string(),
+            cluster_token: "fencecheck".into(),
+        });
+        pairs.push(mine);
+    }
+    Ok((at, pairs))
 }
 
 /// A member's data directory and its files, as `process::write_files` places
