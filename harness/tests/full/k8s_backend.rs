@@ -712,10 +712,43 @@ impl SecondNode {
         node
     }
 
+    /// `wall on`: from here on the node may open connections to this machine
+    /// only at the API server and the registry.
+    fn wall(&self) {
+        let o = self.script_args(&["wall", "on"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "second-node.sh wall on: {}",
+            explain(&o)
+        );
+    }
+
+    /// Connections the node tried to open to this machine that the wall
+    /// refused, as its rule counts them.
+    fn walled_off(&self) -> u64 {
+        let o = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", "fcn2", "iptables", "-L", "FC-WALL", "-v", "-n", "-x",
+            ])
+            .output()
+            .expect("iptables");
+        let text = String::from_utf8_lossy(&o.stdout);
+        text.lines()
+            .find(|l| l.contains("REJECT"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no wall rule: {text}"))
+    }
+
     fn script(&self, verb: &str) -> std::process::Output {
+        self.script_args(&[verb])
+    }
+
+    fn script_args(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new("bash")
             .arg(repo_root().join("ci/second-node.sh"))
-            .arg(verb)
+            .args(args)
             .env("FENCECHECK_CLUSTER_DIR", &self.dir)
             .env(
                 "FENCECHECK_NODE2_REGISTRY_PORT",
@@ -744,7 +777,8 @@ impl Drop for SecondNode {
 /// is not this machine: `ci/second-node.sh`'s, this kernel in a network of its
 /// own with a Docker engine of its own, which pulls the images from a registry
 /// here. It passes as on the process backend; every member listened on the
-/// node's address and advertised a proxy on this machine's; the storage's
+/// node's address and advertised a proxy there (the links pod's, as every
+/// worker's link is); the storage's
 /// journal came back whole (each operation the checks counted is in it); the
 /// node's engine pulled the member's and the storage's images; nothing of the
 /// run is left. Then `pause` and `revoke` aimed at the holder's read there
@@ -752,7 +786,10 @@ impl Drop for SecondNode {
 /// holder is held stopped there), `redlock-majority-clock-jump` (every step of
 /// two Redis pods' clocks seen in the instances' own `TIME`, the pods' offset
 /// files replaced by the agent, and the overlaps it is there to show), an
-/// elector's clock stepped back, and a Go adapter in each worker pod.
+/// elector's clock stepped back, and a Go adapter in each worker pod. Link
+/// faults on members and workers there, through the links pod. All of it with
+/// the node walled off from this machine but for the API server and the
+/// registry (`second-node.sh wall on`), and the wall refused nothing.
 #[test]
 fn kill_on_a_node_that_is_not_this_machine_passes_and_leaves_nothing() {
     if !docker::docker_or_skip("k8s_backend") {
@@ -778,7 +815,10 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         .parse()
         .expect("the registry's port");
     let dir = kubeconfig.parent().expect("the state directory");
-    let _second = SecondNode::up(dir, port);
+    let second = SecondNode::up(dir, port);
+    // A node in a cloud reaches its control plane and its registry, not the
+    // machine the harness runs on: every run below is on such a node.
+    second.wall();
     // A shipped scenario (or its text), set on the second node through the
     // registry.
     let run_text = |name: &str, text: String| {
@@ -862,11 +902,16 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         let log = std::fs::read_to_string(out.join(format!("etcd-{i}.log"))).expect("member log");
         assert!(
             log.contains("\"--listen-client-urls\",\"http://10.251.0.2:")
-                && log.contains("\"--initial-advertise-peer-urls\",\"http://10.251.0.1:"),
+                && log.contains("\"--initial-advertise-peer-urls\",\"http://10.251.0.2:"),
             "member {i} did not listen on the node's address: {said}\n{}",
             &log[..log.len().min(2000)]
         );
     }
+    // Each member's peer port and each worker's link to each member and to
+    // the storage had its proxy in the links pod there.
+    assert_eq!(k["links"]["pod"], "links", "{k}");
+    assert_eq!(k["links"]["peer_links"], 3, "{k}");
+    assert_eq!(k["links"]["worker_links"], 4 * (3 + 1), "{k}");
     // The journal, followed out of the storage's pod: one line per operation
     // the linearizability check read, every line whole.
     let journal = std::fs::read_to_string(out.join("storage.jsonl")).expect("storage.jsonl");
@@ -882,6 +927,25 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     );
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's run");
+
+    // Faults on links there, through the proxies of the links pod: the
+    // leader cut off from its peers, every member's peer links slowed, the
+    // workers' links to the members slowed. Each confirmed by the bytes the
+    // pod's proxies counted, read back through the harness's exec.
+    let (_out, r, k, said) = run_text("links-in-a-pod", LINKS_IN_A_POD.to_string());
+    let faults = r["faults"].as_array().expect("faults");
+    assert_eq!(faults.len(), 3, "{said}");
+    for (f, links) in faults.iter().zip([1, 3, 12]) {
+        assert_eq!(
+            f["detail"]["proxies_in"],
+            serde_json::json!(["pod links"]),
+            "{f}"
+        );
+        assert_eq!(f["detail"]["links"], links, "{f}");
+        assert_eq!(f["effect"]["status"], "confirmed", "{f}");
+    }
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    wait_nothing_left(rt, kubeconfig, &run_id, "the second node's link faults");
 
     // The holder's pause, aimed at its read: fired by the agent in the
     // holder's worker pod there (the harness's exec would land ~100 ms late),
@@ -1046,7 +1110,58 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     }
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's adapter run");
+    // No run needed the node to reach this machine but at the API server
+    // and the registry.
+    assert_eq!(
+        second.walled_off(),
+        0,
+        "the node tried to reach this machine"
+    );
 }
+
+/// Link faults on 3 members and on the workers' links (`on_a_second_node`).
+const LINKS_IN_A_POD: &str = r#"name = "links-in-a-pod"
+description = "3 members: the leader cut off from its peers, every member's peer links slowed, the workers' links to the members slowed."
+duration = "30s"
+seed = 29
+
+[cluster]
+etcd_members = 3
+
+[lock]
+ttl = "3s"
+
+[workload]
+workers = 4
+ops_per_hold = 3
+hold = "0ms..300ms"
+
+[[fault]]
+kind = "partition"
+target = "leader"
+at = "4s"
+duration = "5s"
+
+[[fault]]
+kind = "delay"
+target = "all-members"
+at = "14s"
+duration = "4s"
+latency = "50ms"
+latency_jitter = "10ms"
+
+[[fault]]
+kind = "delay"
+target = "workers->etcd"
+at = "21s"
+duration = "4s"
+latency = "100ms"
+latency_jitter = "20ms"
+
+[expect]
+fencing_violations = 0
+lost_updates = 0
+"#;
 
 /// Worker `w`'s first event after `after_ns`, as its own record in `out` has it.
 fn next_event(out: &Path, w: u64, after_ns: u64) -> Value {

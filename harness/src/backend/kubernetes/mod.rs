@@ -1268,4 +1268,31 @@ mod tests {
         ));
         assert!(!seen(json!({"running": false})));
     }
+
+    /// Each member advertises, for each peer port, a proxy port of the node's
+    /// own, and the links pod's pair leads from that port to the peer port;
+    /// every port is drawn once.
+    #[test]
+    fn in_a_pod_each_member_advertises_its_proxy_on_the_node() {
+        let r = super::connect::Remote {
+            node_ip: "10.251.0.2".parse().unwrap(),
+            harness_ip: "10.251.0.1".parse().unwrap(),
+            why: String::new(),
+        };
+        let dir = std::path::Path::new("/tmp/run");
+        let (at, pairs) = super::remote_placements_in_pod(3, 2, dir, "etcd", &r).unwrap();
+        assert_eq!((at.len(), pairs.len()), (3, 3));
+        let mut ports = std::collections::HashSet::new();
+        for (p, mine) in at.iter().zip(&pairs) {
+            assert_eq!(p.client.ip(), r.node_ip);
+            assert!(ports.insert(p.client.port()));
+            assert_eq!(p.peers.len(), 2);
+            for (peer, (front, bind)) in p.peers.iter().zip(mine) {
+                assert_eq!(peer.bind, *bind);
+                assert_eq!(peer.advertise.to_string(), front.to_string());
+                assert_eq!(front.ip(), r.node_ip, "not this machine's address");
+                assert!(ports.insert(bind.port()) && ports.insert(front.port()));
+            }
+        }
+    }
 }
