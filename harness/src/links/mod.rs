@@ -9,7 +9,7 @@
 //! pod on that node ([`Link::Away`], `serve.rs`), so the workers' traffic stays
 //! on the node.
 
-mod link;
+pub mod link;
 pub mod serve;
 
 pub use link::{Ctl, Link};

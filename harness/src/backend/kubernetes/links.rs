@@ -21,8 +21,6 @@ use crate::links::{Ctl, Link};
 
 /// The pod's name in the run's namespace.
 pub const POD: &str = "links";
-/// How long `links ctl` may take to reach the server (its own wait is 30 s).
-const CTL_READY: std::time::Duration = std::time::Duration::from_secs(40);
 /// Its output, in the run directory.
 const LOG: &str = "links.log";
 
@@ -79,48 +77,40 @@ impl KubernetesBackend {
             POD.into(),
             log,
         ));
-        let ap = AttachParams::default()
-            .container(pods::CONTAINER)
-            .stdin(true)
-            .stdout(true)
-            .stderr(true);
         // On the client without a read timeout: the exec is quiet between
         // faults for longer than a call may take, and a read timeout would end
-        // it without a word (its stdin then goes nowhere).
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        // it without a word (its stdin then goes nowhere). Opened again by the
+        // `Ctl` when it breaks anyway.
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.streams.clone(), &self.ns);
-        let mut proc = pods
-            .exec(POD, [exe.as_str(), "links", "ctl", "--socket", SOCKET], &ap)
-            .await
-            .with_context(|| format!("exec links ctl in pod {POD}"))?;
-        let w = proc.stdin().context("exec: no stdin stream")?;
-        let rd = proc.stdout().context("exec: no stdout stream")?;
-        // What `links ctl` says of itself (it could not reach the server), into
-        // the pod's log file beside what the server says.
-        if let Some(mut err) = proc.stderr() {
-            let path = self.run_dir.join(LOG);
-            tokio::spawn(async move {
-                let mut text = Vec::new();
-                let _ = tokio::io::AsyncReadExt::read_to_end(&mut err, &mut text).await;
-                if !text.is_empty() {
-                    use std::io::Write;
-                    if let Ok(mut f) = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&path)
-                    {
-                        let _ = f.write_all(&text);
-                    }
+        let log = self.run_dir.join(LOG);
+        let open: crate::links::link::Open = Box::new(move || {
+            let (api, exe, log) = (api.clone(), exe.clone(), log.clone());
+            Box::pin(async move {
+                let ap = AttachParams::default()
+                    .container(pods::CONTAINER)
+                    .stdin(true)
+                    .stdout(true)
+                    .stderr(true);
+                let mut proc = api
+                    .exec(POD, [exe.as_str(), "links", "ctl", "--socket", SOCKET], &ap)
+                    .await
+                    .with_context(|| format!("exec links ctl in pod {POD}"))?;
+                let w = proc.stdin().context("exec: no stdin stream")?;
+                let r = proc.stdout().context("exec: no stdout stream")?;
+                // What `links ctl` says of itself (it could not reach the
+                // server), into the pod's log file beside what the server says.
+                if let Some(err) = proc.stderr() {
+                    tokio::spawn(append_to(err, log));
                 }
-            });
-        }
-        let ctl = Ctl::new(
-            Box::new(w),
-            Box::new(rd),
-            Box::new(std::sync::Mutex::new(proc)),
-            format!("pod {POD}"),
-        );
-        ctl.ready(CTL_READY).await?;
+                Ok(crate::links::link::Pipe {
+                    w: Box::new(w),
+                    r: Box::new(r),
+                    carrier: Box::new(std::sync::Mutex::new(proc)),
+                })
+            })
+        });
+        let ctl = Ctl::open(open, format!("pod {POD}")).await?;
         self.links_running_ms = Some(t0.elapsed().as_millis() as u64);
         self.links = Some(ctl.clone());
         Ok(ctl)
@@ -208,5 +198,21 @@ impl KubernetesBackend {
             links.len()
         ));
         Ok(links)
+    }
+}
+
+/// Appends what `from` says, to its end, to the file `to`.
+async fn append_to(mut from: impl tokio::io::AsyncRead + Unpin, to: std::path::PathBuf) {
+    let mut text = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut from, &mut text).await;
+    if !text.is_empty() {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&to)
+        {
+            let _ = f.write_all(&text);
+        }
     }
 }

@@ -1002,6 +1002,10 @@ impl KubernetesBackend {
         for f in std::mem::take(&mut self.follows) {
             f.finish(FOLLOW_FINISH).await;
         }
+        if let Some(c) = self.links.take() {
+            let n = c.reopened();
+            self.edit_record(|r| r["links"]["reopened"] = n.into());
+        }
         if self.armed {
             match namespace::delete(&self.client, &self.ns).await {
                 Ok(_) => self.armed = false,
