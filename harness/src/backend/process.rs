@@ -105,7 +105,19 @@ pub(crate) async fn place(
         });
         mine.push(p);
     }
-    let placement = Placement {
+    Ok((placement(i, client, peers, run_dir, short), mine))
+}
+
+/// Member `i` at `client` with `peers`, its data directory and config files
+/// at their run-directory paths.
+pub(crate) fn placement(
+    i: usize,
+    client: SocketAddr,
+    peers: Vec<PeerPlace>,
+    run_dir: &Path,
+    short: &str,
+) -> Placement {
+    Placement {
         index: i,
         client_bind: client,
         client,
@@ -115,8 +127,7 @@ pub(crate) async fn place(
             .to_string(),
         config_dir: run_dir.display().to_string(),
         cluster_token: "fencecheck".into(),
-    };
-    Ok((placement, mine))
+    }
 }
 
 /// Writes member `p`'s files: its data directory (owner-only, as etcd wants it)

@@ -284,13 +284,19 @@ mod tests {
         (open, opened)
     }
 
-    #[tokio::test]
-    async fn a_link_away_is_steered_as_one_here_is() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A proxy to a port nothing listens on (the tests count no bytes).
+    async fn proxy() -> (Proxy, SocketAddr) {
         let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let p = Proxy::start("127.0.0.1:0".parse().unwrap(), up)
             .await
             .unwrap();
+        (p, up)
+    }
+
+    #[tokio::test]
+    async fn a_link_away_is_steered_as_one_here_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, up) = proxy().await;
         let listen = p.local_addr();
         let (open, _) = served(&p, dir.path(), 0).await;
         let ctl = Ctl::open(open, "pod links".into()).await.unwrap();
@@ -323,10 +329,7 @@ mod tests {
     #[tokio::test]
     async fn a_broken_command_line_is_opened_again() {
         let dir = tempfile::tempdir().unwrap();
-        let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let p = Proxy::start("127.0.0.1:0".parse().unwrap(), up)
-            .await
-            .unwrap();
+        let (p, up) = proxy().await;
         let (open, opened) = served(&p, dir.path(), 1).await;
         let ctl = Ctl::open(open, "pod links".into()).await.unwrap();
         let away = Link::Away {

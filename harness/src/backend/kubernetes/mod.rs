@@ -1147,17 +1147,7 @@ fn remote_placements_in_pod(
             });
             mine.push((front, bind));
         }
-        at.push(crate::systems::members::Placement {
-            index: i,
-            client_bind: client,
-            client,
-            peers,
-            data_dir: crate::record::rundir::member_data(run_dir, short, i)
-                .display()
-                .to_string(),
-            config_dir: run_dir.display().to_string(),
-            cluster_token: "fencecheck".into(),
-        });
+        at.push(super::process::placement(i, client, peers, run_dir, short));
         pairs.push(mine);
     }
     Ok((at, pairs))
