@@ -30,7 +30,7 @@ pub enum Op {
     Set(Fault),
     /// Every fault off, both directions.
     Clear,
-    /// Every fault off (the same as `Clear` today: faults are per direction).
+    /// Every fault off, refusing new connections too.
     ClearAll,
     /// Refuse new connections (and keep refusing) or stop refusing.
     Reject(bool),

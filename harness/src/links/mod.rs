@@ -152,8 +152,8 @@ impl Links {
     pub fn heal_here(&self) {
         for l in self.all() {
             if let Link::Here(p) = l {
+                // Refusing new connections too.
                 p.clear_all();
-                p.reject_new(false);
             }
         }
         for &(w, m) in &self.standing {
@@ -174,21 +174,14 @@ impl Links {
         self.heal_here();
         let mut failed = Vec::new();
         for l in self.all().filter(|l| matches!(l, Link::Away { .. })) {
-            for op in [Op::ClearAll, Op::Reject(false)] {
-                if let Err(e) = l.apply(op).await {
-                    failed.push(format!("heal link {}: {e:#}", l.listen()));
-                }
+            if let Err(e) = l.apply(Op::ClearAll).await {
+                failed.push(format!("heal link {}: {e:#}", l.listen()));
             }
         }
         if let Err(e) = self.cut_standing().await {
             failed.push(format!("cut the standing links again: {e:#}"));
         }
         failed
-    }
-
-    /// Whether any link runs away from the harness (its heal needs a round trip).
-    pub fn any_away(&self) -> bool {
-        self.all().any(|l| matches!(l, Link::Away { .. }))
     }
 
     /// What each standing link did over the run, from its proxy's counters:

@@ -75,7 +75,7 @@ impl KubernetesBackend {
             self.streams.clone(),
             self.ns.clone(),
             POD.into(),
-            log,
+            log.clone(),
         ));
         // On the client without a read timeout: the exec is quiet between
         // faults for longer than a call may take, and a read timeout would end
@@ -83,7 +83,6 @@ impl KubernetesBackend {
         // `Ctl` when it breaks anyway.
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.streams.clone(), &self.ns);
-        let log = self.run_dir.join(LOG);
         let open: crate::links::link::Open = Box::new(move || {
             let (api, exe, log) = (api.clone(), exe.clone(), log.clone());
             Box::pin(async move {
@@ -173,13 +172,8 @@ impl KubernetesBackend {
         );
         let pairs: Vec<(SocketAddr, SocketAddr)> =
             listens.into_iter().zip(ups.iter().copied()).collect();
+        // Each `add` answered once its proxy listened.
         let links = self.add_links(&pairs, say).await?;
-        // Each answers before a worker uses one.
-        for l in &links {
-            l.stats()
-                .await
-                .with_context(|| format!("the link proxy {} in pod {POD}", l.listen()))?;
-        }
         let peers = self.peer_links_count;
         let running_ms = self.links_running_ms;
         self.edit_record(|rec| {
