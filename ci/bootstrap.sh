@@ -198,8 +198,9 @@ else
 fi
 # ci/second-node.sh (a second node for the local cluster, in a network namespace with a
 # Docker engine of its own; k8s_backend's refusal of such a node): ip, nsenter, findmnt,
-# curl, and the engine's own dockerd.
-for tool in ip:iproute2 nsenter:util-linux findmnt:util-linux curl:curl; do
+# curl, and the engine's own dockerd; socat, which kubelet's dockershim runs on the node
+# for each port-forward (the harness reaches a walled-off node's pods through them).
+for tool in ip:iproute2 nsenter:util-linux findmnt:util-linux curl:curl socat:socat; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || apt_install "${tool#*:}"
 done
 command -v dockerd >/dev/null 2>&1 || say "dockerd not found: ci/second-node.sh (and k8s_backend) need the Docker engine's daemon binary"

@@ -43,6 +43,8 @@ STATE=$CACHE/node2
 NETNS=fcn2
 HOST_IP=10.251.0.1
 NODE_IP=10.251.0.2
+# kubelet's port on the node: the only one this machine opens connections to when walled.
+KUBELET_PORT=32250
 NODE=$NODE_IP
 KUBELET=$CACHE/kubernetes/bin/kubelet
 REGISTRY_PORT=${FENCECHECK_NODE2_REGISTRY_PORT:-5000}
@@ -183,7 +185,7 @@ EOF
 		--volume-plugin-dir="$k/volume-plugins" --feature-gates=DevicePlugins=false \
 		--pod-infra-container-image="$pause" --cgroup-driver=cgroupfs --fail-swap-on=false \
 		--cgroups-per-qos=false --enforce-node-allocatable= --eviction-hard= \
-		--image-gc-high-threshold=100 --address=$NODE_IP --port=32250 --healthz-port=32248 \
+		--image-gc-high-threshold=100 --address=$NODE_IP --port=$KUBELET_PORT --healthz-port=32248 \
 		--read-only-port=0 --anonymous-auth=false --client-ca-file="$k/client-ca.crt" \
 		--authentication-token-webhook=false --authorization-mode=AlwaysAllow \
 		>"$STATE/kubelet.log" 2>&1 &
@@ -223,23 +225,35 @@ down() {
 
 # `wall on`: the node may open connections to this machine only at the API
 # server's forwarder and the registry, as a node in a cloud reaches its
-# control plane and its registry but not the laptop the harness runs on.
-# Connections this machine opens to the node, and their replies, still pass.
-# `wall off` takes the rule out again (`down` goes with the namespace).
+# control plane and its registry but not the laptop the harness runs on. And
+# this machine may open connections to the node only at kubelet's port, as to
+# a cloud's node that only its control plane reaches: the harness then reaches
+# the run's pods there through the API server (port-forwards). Replies to
+# allowed connections pass. Each direction's refusals are counted by its own
+# rule (FC-WALL: the node's, FC-WALL-IN: this machine's).
+# `wall off` takes the rules out again (`down` goes with the namespace).
 wall() {
 	cluster_facts
 	ip netns exec $NETNS iptables -D OUTPUT -j FC-WALL 2>/dev/null || true
-	ip netns exec $NETNS iptables -F FC-WALL 2>/dev/null || true
-	ip netns exec $NETNS iptables -X FC-WALL 2>/dev/null || true
+	ip netns exec $NETNS iptables -D INPUT -j FC-WALL-IN 2>/dev/null || true
+	for chain in FC-WALL FC-WALL-IN; do
+		ip netns exec $NETNS iptables -F $chain 2>/dev/null || true
+		ip netns exec $NETNS iptables -X $chain 2>/dev/null || true
+	done
 	case "${1:-}" in
 	on)
 		ip netns exec $NETNS iptables -N FC-WALL
 		ip netns exec $NETNS iptables -A FC-WALL -d $HOST_IP -p tcp -m conntrack --ctstate NEW \
 			-m multiport ! --dports "$PORT,$REGISTRY_PORT" -j REJECT --reject-with tcp-reset
 		ip netns exec $NETNS iptables -I OUTPUT 1 -j FC-WALL
-		echo "node $NODE reaches this machine only at $HOST_IP:$PORT (the API server) and :$REGISTRY_PORT (the registry)"
+		ip netns exec $NETNS iptables -N FC-WALL-IN
+		ip netns exec $NETNS iptables -A FC-WALL-IN -s $HOST_IP -p tcp -m conntrack --ctstate NEW \
+			! --dport $KUBELET_PORT -j REJECT --reject-with tcp-reset
+		ip netns exec $NETNS iptables -I INPUT 1 -j FC-WALL-IN
+		echo "node $NODE reaches this machine only at $HOST_IP:$PORT (the API server) and :$REGISTRY_PORT (the registry);" \
+			"this machine reaches it only at $NODE_IP:$KUBELET_PORT (kubelet)"
 		;;
-	off) echo "node $NODE reaches this machine again" ;;
+	off) echo "node $NODE and this machine reach each other again" ;;
 	*) die "usage: ci/second-node.sh wall on|off" ;;
 	esac
 }
