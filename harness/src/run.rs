@@ -213,7 +213,8 @@ pub async fn run(
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
     // The workers' links: proxies of this process, or, for worker pods on a
     // node that is not this machine, proxies in a pod on that node.
-    let ups = links::upstreams(scenario.workload.workers, &dep.clients, dep.storage);
+    let (members, storage) = dep.for_workers();
+    let ups = links::upstreams(scenario.workload.workers, members, storage);
     let made = backend.lock().await.start_links(&ups, &say).await;
     let links = match made {
         Ok(made) => {

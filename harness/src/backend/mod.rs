@@ -23,6 +23,10 @@ pub struct Deployment {
     pub clients: Vec<SocketAddr>,
     /// The storage service, reached directly.
     pub storage: SocketAddr,
+    /// Where the workers' links lead instead, `(clients, storage)`, when the
+    /// harness's own addresses above are not the service's (the kubernetes
+    /// backend's port-forwards to a node this machine cannot reach).
+    pub workers_reach: Option<(Vec<SocketAddr>, SocketAddr)>,
     /// `peer_proxies[m]`: the proxies in front of member `m`'s peer ports (every
     /// link into it); empty where the backend has none (docker).
     pub peer_proxies: Vec<Vec<crate::links::Link>>,
@@ -33,6 +37,17 @@ pub struct Deployment {
     pub backend_reason: String,
     /// The token and CA the service's clients need (Kubernetes), made per run.
     pub access: Option<crate::systems::service::ServiceAccess>,
+}
+
+impl Deployment {
+    /// The members' and the storage's addresses as the workers' links reach
+    /// them.
+    pub fn for_workers(&self) -> (&[SocketAddr], SocketAddr) {
+        match &self.workers_reach {
+            Some((c, s)) => (c, *s),
+            None => (&self.clients, self.storage),
+        }
+    }
 }
 
 /// A service the nemesis can freeze.

@@ -266,6 +266,7 @@ impl ProcessBackend {
             service: svc,
             clients: addrs.iter().map(|a| a.client).collect(),
             storage: storage_addr,
+            workers_reach: None,
             peer_proxies: crate::links::here(proxies),
             version: deploy.version().to_string(),
             backend: "process".into(),

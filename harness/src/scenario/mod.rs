@@ -132,6 +132,35 @@ pub struct Cluster {
     /// images as they are (`imagePullPolicy: Never`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<String>,
+    /// How the harness itself reaches the members and the storage on a node
+    /// that is not this machine (the kubernetes backend): `auto` tries the
+    /// node's address and falls back to port-forwards through the API server;
+    /// `direct` only the node's address; `port-forward` only the API server.
+    #[serde(default, skip_serializing_if = "Reach::is_auto")]
+    pub reach: Reach,
+}
+
+/// `[cluster] reach`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reach {
+    #[default]
+    Auto,
+    Direct,
+    PortForward,
+}
+
+impl Reach {
+    pub fn is_auto(&self) -> bool {
+        *self == Reach::Auto
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reach::Auto => "auto",
+            Reach::Direct => "direct",
+            Reach::PortForward => "port-forward",
+        }
+    }
 }
 
 impl Default for Cluster {
@@ -143,6 +172,7 @@ impl Default for Cluster {
             kubeconfig: None,
             node: None,
             registry: None,
+            reach: Reach::Auto,
         }
     }
 }

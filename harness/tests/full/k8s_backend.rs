@@ -727,9 +727,19 @@ impl SecondNode {
     /// Connections the node tried to open to this machine that the wall
     /// refused, as its rule counts them.
     fn walled_off(&self) -> u64 {
+        Self::refused("FC-WALL")
+    }
+
+    /// Connections this machine tried to open to the node (not to kubelet)
+    /// that the wall refused.
+    fn walled_in(&self) -> u64 {
+        Self::refused("FC-WALL-IN")
+    }
+
+    fn refused(chain: &str) -> u64 {
         let o = std::process::Command::new("ip")
             .args([
-                "netns", "exec", "fcn2", "iptables", "-L", "FC-WALL", "-v", "-n", "-x",
+                "netns", "exec", "fcn2", "iptables", "-L", chain, "-v", "-n", "-x",
             ])
             .output()
             .expect("iptables");
@@ -837,6 +847,7 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         )
         .expect("write");
         let out = work.join(format!("{name}-second-node"));
+        let refused_in = second.walled_in();
         let o = run_file_with_docker_config(kubeconfig, &file, &out, Some(&reg.docker_config));
         // What the faults did, for a failure's reader: the run directory goes
         // with the test's temporary one.
@@ -854,6 +865,26 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         assert_eq!(k["node"], SecondNode::NAME, "{k}");
         assert_eq!(k["remote"]["node_address"], "10.251.0.2", "{k}");
         assert_eq!(k["remote"]["harness_address"], "10.251.0.1", "{k}");
+        // This machine cannot open a connection to the node but at kubelet's
+        // port: the harness tried the node's address once (its probe, the
+        // wall refused it) and reached the run's pods there through
+        // port-forwards, each carrying connections (readiness, the observer,
+        // the checks' reads).
+        let reach = &k["reach"];
+        assert_eq!(reach["mode"], "port-forward", "{name}: {reach}");
+        assert_eq!(reach["asked"], "auto", "{name}: {reach}");
+        assert_eq!(
+            second.walled_in() - refused_in,
+            1,
+            "{name}: the harness went to the node's address more than its probe: {reach}"
+        );
+        let forwards = &reach["port_forwards"];
+        assert!(n(&forwards["connections"]) > 0, "{name}: {reach}");
+        assert_eq!(
+            reach["through"]["ports"].as_array().map(Vec::len),
+            forwards["forwards"].as_u64().map(|f| f as usize),
+            "{name}: {reach}"
+        );
         // The member's image, the storage's and the workers' (this fencecheck
         // binary in it), each pulled by the node's engine.
         reg.pulled_every_image(&k, 3);
@@ -1111,7 +1142,7 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's adapter run");
     // No run needed the node to reach this machine but at the API server
-    // and the registry.
+    // and the registry (each run's probe of the other way is counted above).
     assert_eq!(
         second.walled_off(),
         0,

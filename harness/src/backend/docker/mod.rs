@@ -235,6 +235,7 @@ impl DockerBackend {
                     service: scenario.lock.service,
                     clients: backend.members.iter().map(|m| m.spec.client).collect(),
                     storage,
+                    workers_reach: None,
                     peer_proxies: Vec::new(),
                     version,
                     backend: "docker".into(),

@@ -55,6 +55,11 @@ pub struct Remote {
     pub harness_ip: std::net::IpAddr,
     /// Why it is not this machine.
     pub why: String,
+    /// Why this machine is not to reach the node's address, when its kubelet
+    /// port did not answer here (said in full): the harness then reaches the
+    /// run's pods only through the API server (`[cluster] reach`), which a run
+    /// whose workers stay processes here cannot do.
+    pub unreached: Option<String>,
 }
 
 /// Which kubeconfig, and why.
@@ -454,14 +459,17 @@ async fn this_node(
 /// How long the harness tries to reach a node that is not this machine.
 const REACH: Duration = Duration::from_secs(3);
 
-/// A node that is not this machine, reached from here: a TCP connection to its
+/// A node that is not this machine, tried from here: a TCP connection to its
 /// kubelet at its first address (what the harness's connections to its members
-/// will cross), and this machine's address on the route there.
+/// would cross), and this machine's address on the route there. Not reached is
+/// not refused here: the run may reach the pods through port-forwards
+/// (`KubernetesBackend::start` decides).
 async fn reach(node: &str, why: &str, addresses: &[String], port: i32) -> Result<Remote> {
     let refuse = |what: String| -> anyhow::Error {
         NodeError(format!(
             "backend \"kubernetes\": node {node} {why}, and {what}: the harness reaches \
-             the members of a node that is not this machine at the node's address"
+             the members of a node that is not this machine at the node's address, unless \
+             the workers are pods there: then through port-forwards ([cluster] reach)"
         ))
         .into()
     };
@@ -475,19 +483,21 @@ async fn reach(node: &str, why: &str, addresses: &[String], port: i32) -> Result
     };
     let port = u16::try_from(port).unwrap_or(10250);
     let at = std::net::SocketAddr::new(ip, port);
-    match tokio::time::timeout(REACH, tokio::net::TcpStream::connect(at)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err(refuse(format!(
+    let unreached = match tokio::time::timeout(REACH, tokio::net::TcpStream::connect(at)).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!(
+            "{:#}",
+            refuse(format!(
                 "this machine cannot reach its kubelet at {at}: {e}"
-            )))
-        }
-        Err(_) => {
-            return Err(refuse(format!(
+            ))
+        )),
+        Err(_) => Some(format!(
+            "{:#}",
+            refuse(format!(
                 "this machine cannot reach its kubelet at {at} (no answer within {REACH:?})"
-            )))
-        }
-    }
+            ))
+        )),
+    };
     let harness_ip = std::net::UdpSocket::bind(("0.0.0.0", 0))
         .and_then(|s| s.connect(at).and_then(|_| s.local_addr()))
         .with_context(|| format!("this machine's address on its route to {at}"))?
@@ -496,6 +506,7 @@ async fn reach(node: &str, why: &str, addresses: &[String], port: i32) -> Result
         node_ip: ip,
         harness_ip,
         why: why.to_string(),
+        unreached,
     })
 }
 
@@ -656,18 +667,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_node_this_machine_cannot_reach_is_refused_with_its_address() {
-        // A port nothing listens on, on this machine: refused at once.
+    async fn a_node_this_machine_cannot_reach_is_said_with_its_address() {
+        // A port nothing listens on, on this machine: refused at once, and
+        // said for the run to refuse where it needs the node's address.
         let port = crate::proc::free_port("127.0.0.1").expect("port");
-        let e = super::reach(
+        let r = super::reach(
             "n1",
             "is not this machine",
             &["127.0.0.1".into()],
             port.into(),
         )
         .await
-        .expect_err("nothing listens");
-        let e = format!("{e:#}");
+        .expect("tried");
+        let e = r.unreached.expect("nothing listens");
         assert!(
             e.contains("node n1 is not this machine") && e.contains(&format!("127.0.0.1:{port}")),
             "{e}"
@@ -684,5 +696,6 @@ mod tests {
             .expect("reached");
         assert_eq!(r.node_ip.to_string(), "127.0.0.1");
         assert_eq!(r.harness_ip.to_string(), "127.0.0.1");
+        assert!(r.unreached.is_none(), "{:?}", r.unreached);
     }
 }

@@ -27,7 +27,7 @@ const LOG: &str = "links.log";
 impl KubernetesBackend {
     /// The `links` pod's command line: the pod created, with no proxy yet, and
     /// the exec that steers it opened, the first time.
-    async fn links_pod(&mut self, say: &dyn Fn(&str)) -> Result<Arc<Ctl>> {
+    pub(super) async fn links_pod(&mut self, say: &dyn Fn(&str)) -> Result<Arc<Ctl>> {
         if let Some(c) = &self.links {
             return Ok(c.clone());
         }

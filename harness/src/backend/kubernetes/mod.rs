@@ -40,6 +40,7 @@
 pub mod aim;
 pub mod connect;
 pub mod elect;
+pub mod forward;
 pub mod links;
 pub mod namespace;
 pub mod pods;
@@ -145,6 +146,14 @@ pub struct KubernetesBackend {
     node_clock: Option<(i64, u64)>,
     /// The worker pods' start gate there (absolute), written by their agents.
     worker_gate: Option<PathBuf>,
+    /// `[cluster] reach` as the run asks it, and as decided (`forward.rs`):
+    /// the harness's own address for a member's or the storage's address on
+    /// the node, where it is not that address (a port-forward's); what was
+    /// decided and why, for `kubernetes.json`.
+    reach_asked: crate::scenario::Reach,
+    seen: std::collections::HashMap<SocketAddr, SocketAddr>,
+    forwards: forward::Forwards,
+    reach: Option<serde_json::Value>,
 }
 
 /// What a run created, for `kubernetes.json` in the run directory.
@@ -177,6 +186,10 @@ struct Record<'a> {
     ready: Vec<Ready>,
     /// ms from the first pod's creation until every member and the storage served.
     ready_ms: u64,
+    /// On a node that is not this machine: how the harness reaches the
+    /// members and the storage there (`forward.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reach: Option<serde_json::Value>,
     /// On a node that is not this machine, once measured: the offset of this
     /// machine's monotonic clock to the node's (`pods::clock_offset`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -298,6 +311,35 @@ impl KubernetesBackend {
         // a pod there (`links.rs`), the members' peer links too, so nothing of
         // the run's traffic crosses this machine.
         let links_in_pod = remote.is_some() && worker_image.is_some();
+        // A node this machine does not reach: only through port-forwards,
+        // which lead to the links pod's proxies.
+        if let Some(why) = remote.as_ref().and_then(|r| r.unreached.as_ref()) {
+            if !links_in_pod || scenario.cluster.reach == crate::scenario::Reach::Direct {
+                bail!(
+                    "{why}{}",
+                    if links_in_pod {
+                        " ([cluster] reach = \"direct\")"
+                    } else {
+                        "; this scenario's workers stay processes here (an adapter without \
+                         pod_files), and so would their links"
+                    }
+                );
+            }
+        }
+        if scenario.cluster.reach == crate::scenario::Reach::PortForward && !links_in_pod {
+            bail!(
+                "[cluster] reach = \"port-forward\" needs [cluster] node to be a node that is \
+                 not this machine, with the workers as pods there (their image carries the \
+                 proxies the port-forwards lead to); node {} {}",
+                cluster.node,
+                match &remote {
+                    None => "is this machine".to_string(),
+                    Some(_) => "runs no worker pods: this scenario's workers stay processes \
+                                here (see `workers::on_remote` in the backends chapter)"
+                        .to_string(),
+                }
+            );
+        }
         let mut peer_pairs: Vec<Vec<(SocketAddr, SocketAddr)>> = Vec::new();
         let (at, proxies) = match (&on_cluster, &remote) {
             (Some(_), _) => (Vec::new(), Vec::new()),
@@ -373,6 +415,10 @@ impl KubernetesBackend {
             remote_events: Vec::new(),
             node_clock: None,
             worker_gate: None,
+            reach_asked: scenario.cluster.reach,
+            seen: Default::default(),
+            forwards: Default::default(),
+            reach: None,
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
@@ -484,6 +530,7 @@ impl KubernetesBackend {
             pods: Vec::new(),
             ready: Vec::new(),
             ready_ms: 0,
+            reach: None,
             node_clock: None,
         };
         let peer_links = if links_in_pod {
@@ -508,6 +555,7 @@ impl KubernetesBackend {
                 member_image.as_deref(),
                 storage_image.as_deref(),
                 record,
+                say,
             )
             .await;
         let storage = match started {
@@ -517,10 +565,16 @@ impl KubernetesBackend {
                 return Err(e);
             }
         };
+        // The harness's own addresses (a port-forward's where it cannot reach
+        // the node); the workers' links keep the node's.
+        let seen: Vec<SocketAddr> = clients.iter().map(|a| backend.seen(*a)).collect();
+        let workers_reach = (seen != clients || backend.seen(storage) != storage)
+            .then(|| (clients.clone(), storage));
         let deployment = Deployment {
             service: svc,
-            clients,
-            storage,
+            clients: seen,
+            storage: backend.seen(storage),
+            workers_reach,
             peer_proxies: peer_links,
             version,
             backend: "kubernetes".into(),
@@ -542,6 +596,7 @@ impl KubernetesBackend {
         member_image: Option<&str>,
         storage_image: Option<&str>,
         mut record: Record<'_>,
+        say: &dyn Fn(&str),
     ) -> Result<SocketAddr> {
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
@@ -707,10 +762,21 @@ impl KubernetesBackend {
                 Some(offset),
             ));
         }
+        // How the harness reaches them there: the node's address, or a
+        // port-forward each (`forward.rs`).
+        let own_addrs: Vec<SocketAddr> = self
+            .clients
+            .iter()
+            .take(specs.len())
+            .copied()
+            .chain(self.storage.as_ref().map(|_| storage_addr))
+            .collect();
+        self.reach_them(&own_addrs, say).await?;
+        record.reach = self.reach.clone();
         let mut serving = Vec::new();
         // Each member until it serves; one whose pod ends is said at once.
         for i in 0..specs.len() {
-            let client = *self.clients.get(i).context("no such member")?;
+            let client = self.seen(*self.clients.get(i).context("no such member")?);
             let what = format!("{svc} member {i} at {client}");
             let ready = system.wait_ready(&what, client, READY_DEADLINE);
             tokio::pin!(ready);
@@ -728,6 +794,7 @@ impl KubernetesBackend {
             serving.push(std::time::Instant::now());
         }
         if let Some(st) = &self.storage {
+            let storage_addr = self.seen(storage_addr);
             self.wait_storage(storage_addr)
                 .await
                 .with_context(|| format!("see {}", st.log.display()))?;
@@ -949,7 +1016,7 @@ impl KubernetesBackend {
     pub async fn restart_storage(&mut self) -> Result<serde_json::Value> {
         let t0 = std::time::Instant::now();
         let mut done = self.start_again(Service::Storage).await?;
-        let addr = self.storage_addr.context("no storage")?;
+        let addr = self.seen(self.storage_addr.context("no storage")?);
         let log = self.proc_of(Service::Storage)?.log.clone();
         self.wait_storage(addr)
             .await
@@ -995,6 +1062,7 @@ impl KubernetesBackend {
     /// Continues what is paused, deletes the namespace with its pods (their
     /// output is in the run directory already), stops the peer proxies.
     pub async fn stop(&mut self) {
+        self.record_forwards();
         for who in std::mem::take(&mut self.paused) {
             let _ = self.agent(who, "cont").await;
         }
@@ -1272,6 +1340,7 @@ mod tests {
             node_ip: "10.251.0.2".parse().unwrap(),
             harness_ip: "10.251.0.1".parse().unwrap(),
             why: String::new(),
+            unreached: None,
         };
         let dir = std::path::Path::new("/tmp/run");
         let (at, pairs) = super::remote_placements_in_pod(3, 2, dir, "etcd", &r).unwrap();
