@@ -109,6 +109,7 @@ pub async fn choose(scenario: &Scenario) -> Result<Chosen> {
                 scenario.cluster.kubeconfig.as_deref(),
                 scenario.cluster.node.as_deref(),
                 scenario.cluster.registry.is_some(),
+                scenario.cluster.reach == crate::scenario::Reach::Direct,
                 !scenario.lock.apiserver.is_own(),
             )
             .await

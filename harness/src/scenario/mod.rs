@@ -818,6 +818,26 @@ mutex_overlaps = ">0"
     }
 
     #[test]
+    fn reach_is_one_of_three_and_round_trips() {
+        for (text, want) in [
+            ("", Reach::Auto),
+            ("reach = \"auto\"\n", Reach::Auto),
+            ("reach = \"direct\"\n", Reach::Direct),
+            ("reach = \"port-forward\"\n", Reach::PortForward),
+        ] {
+            let s = Scenario::parse(&format!("name = \"x\"\n[cluster]\n{text}"), "t.toml")
+                .expect(text);
+            assert_eq!(s.cluster.reach, want, "{text}");
+            let again = Scenario::parse(&s.to_toml(), "resolved.toml").expect("round trip");
+            assert_eq!(again.cluster.reach, want, "{text}");
+        }
+        let e = Scenario::parse("name = \"x\"\n[cluster]\nreach = \"tunnel\"\n", "t.toml")
+            .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("port-forward"), "{e}");
+    }
+
+    #[test]
     fn parses_the_design_example() {
         let s = Scenario::parse(GOOD, "pause.toml").expect("valid");
         assert_eq!(s.duration, Duration::from_secs(20));

@@ -1263,7 +1263,8 @@ fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String
 /// created: a node that is not this machine (a Node object registered through
 /// the API, as another machine's kubelet would: another boot id, containerd), a
 /// real node of this kernel in a network of its own (`ci/second-node.sh`), and
-/// one that does not exist, all named by `[cluster] node`; a user whom RBAC
+/// one that does not exist, all named by `[cluster] node`; `[cluster] reach`
+/// asking for what the node cannot give; a user whom RBAC
 /// denies one verb the run needs (a service account of the cluster, its token
 /// from the TokenRequest API, bound to a role with every needed verb but
 /// `create pods/exec`).
@@ -1395,15 +1396,25 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
                 "set [cluster] registry",
             ][..],
         ),
-        // With a registry it would do, but nothing answers at its address.
+        // With a registry it would do, but nothing answers at its address,
+        // where the scenario asks to reach it (with worker pods there, `auto`
+        // would go through port-forwards).
         (
             "elsewhere",
-            "registry = \"127.0.0.1:5999\"\n",
+            "registry = \"127.0.0.1:5999\"\nreach = \"direct\"\n",
             &[
                 ":4:",
                 "node elsewhere is not this machine",
                 "cannot reach its kubelet at 192.0.2.1:10250",
+                "[cluster] reach = \"direct\"",
             ][..],
+        ),
+        // Port-forwards lead to the links pod, which runs only on a node that
+        // is not this machine.
+        (
+            "localhost",
+            "reach = \"port-forward\"\n",
+            &[":5:", "cluster.reach", "node localhost is this machine"][..],
         ),
         (
             "nowhere",

@@ -222,11 +222,14 @@ impl std::error::Error for NodeError {}
 
 /// Finds the cluster and checks it can run this run's pods; `node` is the
 /// scenario's `[cluster] node`; `registry`: `[cluster] registry` is set (the
-/// node pulls the images from there); `elect`: `[lock] apiserver = "cluster"`.
+/// node pulls the images from there); `direct`: `[cluster] reach = "direct"`
+/// (a node that is not this machine must then answer at its address here);
+/// `elect`: `[lock] apiserver = "cluster"`.
 pub async fn connect(
     given: Option<&Path>,
     node: Option<&str>,
     registry: bool,
+    direct: bool,
     elect: bool,
 ) -> Result<Cluster> {
     let (path, source) = kubeconfig(given)?;
@@ -276,7 +279,7 @@ pub async fn connect(
             );
         }
     }
-    let (node, remote, reaper_node) = this_node(&client, node, registry).await?;
+    let (node, remote, reaper_node) = this_node(&client, node, registry, direct).await?;
     Ok(Cluster {
         client,
         streams,
@@ -326,14 +329,16 @@ async fn allowed(
 /// cluster's (`fencecheck cluster up`), a node named as this machine, or the
 /// only node. It must be Ready and find the images (`judge`). A node that is
 /// not this machine (in its network) is `Remote`: the run's pods use its
-/// host's network there, the harness reaches the members at its address (a TCP
-/// connection to its kubelet is tried first) and its proxies listen on this
-/// machine's address on the route to it. Returns the node, how it is remote,
+/// host's network there, the harness reaches the members at its address or
+/// through port-forwards (a TCP connection to its kubelet is tried first:
+/// `Remote::unreached`; refused here with `direct`) and its proxies, if any,
+/// listen on this machine's address on the route to it. Returns the node, how it is remote,
 /// and for the reaper, a node that is this machine (`Cluster::reaper_node`).
 async fn this_node(
     client: &kube::Client,
     wanted: Option<&str>,
     registry: bool,
+    direct: bool,
 ) -> Result<(String, Option<Remote>, Option<String>)> {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
@@ -439,6 +444,10 @@ async fn this_node(
         Verdict::Elsewhere(why) => why,
     };
     let remote = reach(&node, &why, &addresses, kubelet_port.unwrap_or(10250)).await?;
+    // Asked to reach it at its address: refused now, at `[cluster] node`.
+    if let (true, Some(u)) = (direct, &remote.unreached) {
+        return Err(NodeError(format!("{u} ([cluster] reach = \"direct\")")).into());
+    }
     // The reaper's node: one that is this machine, in its network, Ready.
     let reaper_node = list.items.iter().find_map(|n| {
         let (ready, addresses, node_boot, runtime, _) = facts(n);

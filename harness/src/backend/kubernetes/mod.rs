@@ -236,6 +236,40 @@ impl KubernetesBackend {
             Some(_) => None,
             None => crate::resources::resource(scenario).docker_storage(scenario),
         };
+        // Where the workers run (pods, or processes here) decides whether the
+        // links pod runs on a node that is not this machine, and with it
+        // whether the harness can go through port-forwards: refused before
+        // any image is built.
+        let links_in_pod = cluster.remote.is_some()
+            && workers::in_pods(scenario).is_some()
+            && workers::on_remote(scenario).is_ok();
+        if let Some(why) = cluster.remote.as_ref().and_then(|r| r.unreached.as_ref()) {
+            if !links_in_pod {
+                bail!(
+                    "{why}; this scenario's workers stay processes here, and their links \
+                     with them (see the backends chapter, a node that is not this machine)"
+                );
+            }
+        }
+        if scenario.cluster.reach == crate::scenario::Reach::PortForward && !links_in_pod {
+            return Err(scenario
+                .source
+                .error_at_key(
+                    "reach",
+                    format!(
+                        "cluster.reach = \"port-forward\" needs [cluster] node to be a node \
+                         that is not this machine, with the workers as pods there (the \
+                         port-forwards lead to proxies in their links pod); node {} {}",
+                        cluster.node,
+                        if cluster.remote.is_none() {
+                            "is this machine"
+                        } else {
+                            "runs no worker pods for this scenario: its workers stay processes here"
+                        }
+                    ),
+                )
+                .into());
+        }
         // The images, built on this machine's Docker engine: a node on that engine
         // (the local cluster's) finds them there; any other pulls them from
         // `[cluster] registry` (`registry.rs`).
@@ -310,36 +344,7 @@ impl KubernetesBackend {
         // Worker pods on a node that is not this machine: every link's proxy in
         // a pod there (`links.rs`), the members' peer links too, so nothing of
         // the run's traffic crosses this machine.
-        let links_in_pod = remote.is_some() && worker_image.is_some();
-        // A node this machine does not reach: only through port-forwards,
-        // which lead to the links pod's proxies.
-        if let Some(why) = remote.as_ref().and_then(|r| r.unreached.as_ref()) {
-            if !links_in_pod || scenario.cluster.reach == crate::scenario::Reach::Direct {
-                bail!(
-                    "{why}{}",
-                    if links_in_pod {
-                        " ([cluster] reach = \"direct\")"
-                    } else {
-                        "; this scenario's workers stay processes here (an adapter without \
-                         pod_files), and so would their links"
-                    }
-                );
-            }
-        }
-        if scenario.cluster.reach == crate::scenario::Reach::PortForward && !links_in_pod {
-            bail!(
-                "[cluster] reach = \"port-forward\" needs [cluster] node to be a node that is \
-                 not this machine, with the workers as pods there (their image carries the \
-                 proxies the port-forwards lead to); node {} {}",
-                cluster.node,
-                match &remote {
-                    None => "is this machine".to_string(),
-                    Some(_) => "runs no worker pods: this scenario's workers stay processes \
-                                here (see `workers::on_remote` in the backends chapter)"
-                        .to_string(),
-                }
-            );
-        }
+        debug_assert_eq!(links_in_pod, remote.is_some() && worker_image.is_some());
         let mut peer_pairs: Vec<Vec<(SocketAddr, SocketAddr)>> = Vec::new();
         let (at, proxies) = match (&on_cluster, &remote) {
             (Some(_), _) => (Vec::new(), Vec::new()),
