@@ -825,14 +825,14 @@ mutex_overlaps = ">0"
             ("reach = \"direct\"\n", Reach::Direct),
             ("reach = \"port-forward\"\n", Reach::PortForward),
         ] {
-            let s = Scenario::parse(&format!("name = \"x\"\n[cluster]\n{text}"), "t.toml")
-                .expect(text);
+            let s =
+                Scenario::parse(&format!("name = \"x\"\n[cluster]\n{text}"), "t.toml").expect(text);
             assert_eq!(s.cluster.reach, want, "{text}");
             let again = Scenario::parse(&s.to_toml(), "resolved.toml").expect("round trip");
             assert_eq!(again.cluster.reach, want, "{text}");
         }
-        let e = Scenario::parse("name = \"x\"\n[cluster]\nreach = \"tunnel\"\n", "t.toml")
-            .unwrap_err();
+        let e =
+            Scenario::parse("name = \"x\"\n[cluster]\nreach = \"tunnel\"\n", "t.toml").unwrap_err();
         assert_eq!(e.line, Some(3), "{e}");
         assert!(e.message.contains("port-forward"), "{e}");
     }

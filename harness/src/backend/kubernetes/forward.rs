@@ -52,6 +52,8 @@ impl Forwards {
         self.tasks.push(tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
+                    // Out of descriptors, say: not a loop that spins.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let (api, pod, counts) = (api.clone(), pod.clone(), counts.clone());
