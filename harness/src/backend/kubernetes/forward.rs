@@ -164,20 +164,7 @@ impl super::KubernetesBackend {
             }));
             return Ok(());
         }
-        let taken: std::collections::HashSet<u16> = addrs
-            .iter()
-            .map(|a| a.port())
-            .chain(self.node_ports_used.iter().copied())
-            .collect();
-        let ports: Vec<u16> = super::node_ports(addrs.len() + taken.len())
-            .into_iter()
-            .filter(|p| !taken.contains(p))
-            .take(addrs.len())
-            .collect();
-        anyhow::ensure!(
-            ports.len() == addrs.len(),
-            "not enough free ports on the node"
-        );
+        let ports = self.free_node_ports(addrs)?;
         let ctl = self.links_pod(say).await?;
         let mut proxies = Vec::new();
         let mut probed = None;

@@ -144,6 +144,26 @@ impl KubernetesBackend {
         Ok(out)
     }
 
+    /// A port of the node's per `ups` entry for a proxy in the `links` pod:
+    /// none of the run's already, nor one of `ups`' own.
+    pub(super) fn free_node_ports(&self, ups: &[SocketAddr]) -> Result<Vec<u16>> {
+        let taken: HashSet<u16> = ups
+            .iter()
+            .map(|a| a.port())
+            .chain(self.node_ports_used.iter().copied())
+            .collect();
+        let ports: Vec<u16> = super::node_ports(ups.len() + taken.len())
+            .into_iter()
+            .filter(|p| !taken.contains(p))
+            .take(ups.len())
+            .collect();
+        anyhow::ensure!(
+            ports.len() == ups.len(),
+            "not enough free ports on the node"
+        );
+        Ok(ports)
+    }
+
     /// The workers' links: a proxy per `ups` entry in the `links` pod on the
     /// node, each on a port of the node's of its own.
     pub async fn start_links(
@@ -155,21 +175,11 @@ impl KubernetesBackend {
             .workers_remote()
             .context("the workers are not pods on a node that is not this machine")?
             .clone();
-        let taken: HashSet<u16> = ups
-            .iter()
-            .map(|a| a.port())
-            .chain(self.node_ports_used.iter().copied())
-            .collect();
-        let listens: Vec<SocketAddr> = super::node_ports(ups.len() + taken.len())
+        let listens: Vec<SocketAddr> = self
+            .free_node_ports(ups)?
             .into_iter()
-            .filter(|p| !taken.contains(p))
-            .take(ups.len())
             .map(|p| SocketAddr::new(r.node_ip, p))
             .collect();
-        anyhow::ensure!(
-            listens.len() == ups.len(),
-            "not enough free ports on the node"
-        );
         let pairs: Vec<(SocketAddr, SocketAddr)> =
             listens.into_iter().zip(ups.iter().copied()).collect();
         // Each `add` answered once its proxy listened.
