@@ -240,9 +240,12 @@ impl KubernetesBackend {
         // links pod runs on a node that is not this machine, and with it
         // whether the harness can go through port-forwards: refused before
         // any image is built.
-        let links_in_pod = cluster.remote.is_some()
-            && workers::in_pods(scenario).is_some()
-            && workers::on_remote(scenario).is_ok();
+        // The workers as pods, with a `[client]` adapter's runtime in them; on
+        // a node that is not this machine only where its agents can do what
+        // this machine's signals do (`workers::on_remote`).
+        let in_pods = workers::in_pods(scenario)
+            .filter(|_| cluster.remote.is_none() || workers::on_remote(scenario).is_ok());
+        let links_in_pod = cluster.remote.is_some() && in_pods.is_some();
         if let Some(why) = cluster.remote.as_ref().and_then(|r| r.unreached.as_ref()) {
             if !links_in_pod {
                 bail!(
@@ -322,8 +325,6 @@ impl KubernetesBackend {
         // On a node that is not this machine, with this fencecheck binary in it
         // (the node does not have it), unless the workers stay processes here
         // (`workers::on_remote`).
-        let in_pods = workers::in_pods(scenario)
-            .filter(|_| cluster.remote.is_none() || workers::on_remote(scenario).is_ok());
         let worker_image = match in_pods {
             None => None,
             Some(adapter) => {
@@ -344,7 +345,6 @@ impl KubernetesBackend {
         // Worker pods on a node that is not this machine: every link's proxy in
         // a pod there (`links.rs`), the members' peer links too, so nothing of
         // the run's traffic crosses this machine.
-        debug_assert_eq!(links_in_pod, remote.is_some() && worker_image.is_some());
         let mut peer_pairs: Vec<Vec<(SocketAddr, SocketAddr)>> = Vec::new();
         let (at, proxies) = match (&on_cluster, &remote) {
             (Some(_), _) => (Vec::new(), Vec::new()),
