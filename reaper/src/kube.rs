@@ -90,6 +90,35 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|_| bad())
 }
 
+/// What `FENCECHECK_REAPER_SERVER` says where the API server is: a URL, or
+/// [`IN_CLUSTER`] for the address every pod is given, the `kubernetes` Service's
+/// (`KUBERNETES_SERVICE_HOST`/`_PORT`, which kubelet sets in each container), as
+/// client-go's in-cluster configuration has it: no cluster DNS needed, and the
+/// certificate checked for that address (kubeadm's, k3s's and the clouds' API
+/// servers list their Service's address; the local cluster's does too).
+fn server(given: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    if given != IN_CLUSTER {
+        return Ok(given.trim_end_matches('/').to_string());
+    }
+    let host = env("KUBERNETES_SERVICE_HOST").filter(|h| !h.is_empty());
+    let port = env("KUBERNETES_SERVICE_PORT").filter(|p| !p.is_empty());
+    match (host, port) {
+        (Some(h), Some(p)) => {
+            let h = if h.contains(':') { format!("[{h}]") } else { h };
+            Ok(format!("https://{h}:{p}"))
+        }
+        _ => Err(
+            "FENCECHECK_REAPER_SERVER is \"in-cluster\" but KUBERNETES_SERVICE_HOST and \
+                  KUBERNETES_SERVICE_PORT are not both set: the cluster has no `kubernetes` \
+                  Service in namespace default, or kubelet did not see it"
+                .into(),
+        ),
+    }
+}
+
+/// `FENCECHECK_REAPER_SERVER`'s value for "the `kubernetes` Service's address".
+pub const IN_CLUSTER: &str = "in-cluster";
+
 /// The API server, as the reaper's token reaches it.
 struct Api {
     agent: ureq::Agent,
@@ -103,7 +132,7 @@ type Answer = Result<(u16, Value), String>;
 impl Api {
     fn from_env() -> Result<Api, String> {
         let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
-        let server = var("FENCECHECK_REAPER_SERVER")?;
+        let server = server(&var("FENCECHECK_REAPER_SERVER")?, |k| std::env::var(k).ok())?;
         let token = var("FENCECHECK_REAPER_TOKEN")?;
         let ca = var("FENCECHECK_REAPER_CA")?;
         let mut roots = Vec::new();
@@ -225,8 +254,8 @@ pub fn main(args: impl Iterator<Item = String>) -> i32 {
     };
     let ns = &args.namespace;
     println!(
-        "watching lease {ns}/{} (stale after {:?} unchanged by this pod's clock)",
-        args.lease, args.stale
+        "watching lease {ns}/{} at {} (stale after {:?} unchanged by this pod's clock)",
+        args.lease, api.server, args.stale
     );
     let reaped = match watch(&api, &args) {
         Gone::Cleaned => {
@@ -513,6 +542,35 @@ fn finalize(api: &Api, ns: &str, lease: &str, mut n: Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_cluster_the_server_is_the_kubernetes_service_kubelet_names() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let svc = env(&[
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]);
+        assert_eq!(server(IN_CLUSTER, svc).unwrap(), "https://10.0.0.1:443");
+        let v6 = env(&[
+            ("KUBERNETES_SERVICE_HOST", "fd00::1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]);
+        assert_eq!(server(IN_CLUSTER, v6).unwrap(), "https://[fd00::1]:443");
+        // A URL is taken as it is, whatever the environment says.
+        assert_eq!(
+            server("https://127.0.0.1:6443/", svc).unwrap(),
+            "https://127.0.0.1:6443"
+        );
+        let e = server(IN_CLUSTER, env(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")])).unwrap_err();
+        assert!(e.contains("KUBERNETES_SERVICE_PORT"), "{e}");
+    }
 
     fn args(s: &str) -> Result<Args, String> {
         parse_args(s.split_whitespace().map(String::from))
