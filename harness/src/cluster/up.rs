@@ -214,6 +214,11 @@ async fn start(
         api_args.push(format!("--{flag}={}", path.display()));
     }
     api_args.push("--kubelet-preferred-address-types=Hostname".into());
+    // It advertises 127.0.0.1, which an Endpoints object may not hold: the
+    // `kubernetes` Service gets its Endpoints from whoever gives the cluster a
+    // route to the API server that pods can take (`ci/second-node.sh`), not
+    // from the API server's own reconciler, which would fight them.
+    api_args.push("--endpoint-reconciler-type=none".into());
     let ca = st.dir.join("kubelet").join(kubelet::CLIENT_CA);
     std::fs::write(&ca, &certs.ca_pem).with_context(|| format!("cannot write {}", ca.display()))?;
 

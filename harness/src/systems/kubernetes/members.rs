@@ -21,6 +21,8 @@ pub const PORTS: Ports = crate::systems::etcd::members::PORTS;
 pub const VERSION: &str = "1.20.2";
 /// The name the serving certificate is for (clients reach it through proxies).
 pub const SERVER_NAME: &str = "kubernetes";
+/// The `kubernetes` Service's address: the first of `--service-cluster-ip-range`.
+pub const SERVICE_IP: &str = "10.0.0.1";
 /// Test hook (not a user option): extra arguments for the apiserver, e.g. a bad
 /// flag, to exercise a failed start.
 const EXTRA_ARGS_ENV: &str = "FENCECHECK_TEST_APISERVER_EXTRA_ARGS";
@@ -73,7 +75,18 @@ impl Tls {
         let ca_cert = ca.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca, ca_key);
         let key = KeyPair::generate()?;
-        let mut p = CertificateParams::new(vec![SERVER_NAME.to_string(), "127.0.0.1".into()])?;
+        // The names and the Service address a pod reaches it by, as kubeadm's
+        // API servers have them: the reaper's in-cluster path checks the
+        // certificate for the `kubernetes` Service's address (the first of
+        // `--service-cluster-ip-range`, below).
+        let mut p = CertificateParams::new(vec![
+            SERVER_NAME.to_string(),
+            "127.0.0.1".into(),
+            "kubernetes.default".into(),
+            "kubernetes.default.svc".into(),
+            "kubernetes.default.svc.cluster.local".into(),
+            SERVICE_IP.into(),
+        ])?;
         p.distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
         p.is_ca = IsCa::ExplicitNoCa;
@@ -201,7 +214,10 @@ impl KubeDeploy {
             &p.config_file("k8s-sa.key"),
             "--service-account-issuer",
             "https://kubernetes.default.svc",
-            // Bookkeeping for Service objects only: nothing is sent to it.
+            // The run's own API server: bookkeeping for Service objects only,
+            // nothing is sent to it. The local cluster's: the `kubernetes`
+            // Service's address is the first of it (SERVICE_IP), which the test
+            // bed's second node carries to the API server (kube-proxy).
             "--service-cluster-ip-range",
             "10.0.0.0/24",
         ]
