@@ -7,6 +7,9 @@
 #   $CACHE/kubernetes/bin/kube-apiserver
 #   $CACHE/kubernetes/bin/kubelet     with ci/kubelet-sandbox-oom-adj.patch, for the
 #                                     local test cluster (`fencecheck cluster up`)
+#   $CACHE/kubernetes/bin/kube-proxy  for the test bed's second node (ci/second-node.sh):
+#                                     the `kubernetes` Service's address in its pod
+#                                     network, which the reaper's in-cluster path uses
 #   $CACHE/kubernetes/bin/pause       the pod sandbox's program (build/pause/linux/pause.c,
 #                                     static), packaged FROM scratch by the harness
 # ($CACHE = ~/.cache/fencecheck unless FENCECHECK_CACHE or XDG_CACHE_HOME say otherwise.)
@@ -50,6 +53,7 @@ k8s_src="$k8s_cache/src-$k8s_version"
 k8s_bin="$k8s_cache/bin/kube-apiserver"
 k8s_kubelet="$k8s_cache/bin/kubelet"
 k8s_pause="$k8s_cache/bin/pause"
+k8s_proxy="$k8s_cache/bin/kube-proxy"
 # Beside this script: sourced by bootstrap, $0 is bootstrap's, so BASH_SOURCE.
 k8s_patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kubelet-sandbox-oom-adj.patch"
 k8s_go=/usr/bin/go
@@ -100,6 +104,10 @@ k8s_bin_ok() {
 k8s_kubelet_ok() {
   [ -x "$k8s_kubelet" ] && [ -f "$k8s_kubelet$k8s_reflect2_stamp" ] &&
     prints "^Kubernetes v$k8s_version\$" "$k8s_kubelet" --version
+}
+k8s_proxy_ok() {
+  [ -x "$k8s_proxy" ] && [ -f "$k8s_proxy$k8s_reflect2_stamp" ] &&
+    prints "^Kubernetes v$k8s_version\$" "$k8s_proxy" --version
 }
 # pause prints "pause.c HEAD" for -v and exits 0 (it takes no other argument).
 k8s_pause_ok() {
@@ -238,8 +246,10 @@ k8s_build() {
   fi
   case " $what " in *" cmd/kube-apiserver "*) k8s_install kube-apiserver "$k8s_bin" ;; esac
   case " $what " in *" cmd/kubelet "*) k8s_install kubelet "$k8s_kubelet" ;; esac
+  case " $what " in *" cmd/kube-proxy "*) k8s_install kube-proxy "$k8s_proxy" ;; esac
   case " $what " in *" cmd/kube-apiserver "*) : >"$k8s_bin$k8s_reflect2_stamp" ;; esac
   case " $what " in *" cmd/kubelet "*) : >"$k8s_kubelet$k8s_reflect2_stamp" ;; esac
+  case " $what " in *" cmd/kube-proxy "*) : >"$k8s_proxy$k8s_reflect2_stamp" ;; esac
   # _output is 1.5 GB, mostly the build's Go cache; nothing reuses it (a rebuild starts
   # from a clean _output, above), so it goes once the binaries are out.
   rm -rf "$k8s_src/_output"
@@ -256,9 +266,9 @@ k8s_build_pause() {
   mv -f "$k8s_pause.tmp" "$k8s_pause"
 }
 
-if k8s_bin_ok && k8s_kubelet_ok && k8s_pause_ok && k8s_src_ok; then
+if k8s_bin_ok && k8s_kubelet_ok && k8s_proxy_ok && k8s_pause_ok && k8s_src_ok; then
   say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version))"
-  say "kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); pause: $k8s_pause"
+  say "kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); kube-proxy: $k8s_proxy; pause: $k8s_pause"
 else
   k8s_t0=$(date +%s)
   if k8s_src_ok; then
@@ -276,10 +286,15 @@ else
     say "kubelet $k8s_version missing ($k8s_kubelet), or built without reflect2 1.0.2: building it (patched: $(basename "$k8s_patch"))"
     k8s_what+=(cmd/kubelet)
   fi
+  if ! k8s_proxy_ok; then
+    say "kube-proxy $k8s_version missing ($k8s_proxy), or built without reflect2 1.0.2: building it"
+    k8s_what+=(cmd/kube-proxy)
+  fi
   [ "${#k8s_what[@]}" -eq 0 ] || k8s_build "${k8s_what[@]}"
   k8s_bin_ok || die "$k8s_bin --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_bin" --version 2>&1 | head -1)"
   k8s_kubelet_ok || die "$k8s_kubelet --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_kubelet" --version 2>&1 | head -1)"
+  k8s_proxy_ok || die "$k8s_proxy --version does not print 'Kubernetes v$k8s_version' after the build: $("$k8s_proxy" --version 2>&1 | head -1)"
   k8s_pause_ok || k8s_build_pause
   k8s_pause_ok || die "$k8s_pause -v does not print 'pause.c ...' after the build"
-  say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version)); kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); pause: $k8s_pause; all steps: $(($(date +%s) - k8s_t0)) s"
+  say "kube-apiserver: $k8s_bin ($("$k8s_bin" --version)); kubelet: $k8s_kubelet ($("$k8s_kubelet" --version)); kube-proxy: $k8s_proxy; pause: $k8s_pause; all steps: $(($(date +%s) - k8s_t0)) s"
 fi

@@ -47,6 +47,9 @@ NODE_IP=10.251.0.2
 KUBELET_PORT=32250
 NODE=$NODE_IP
 KUBELET=$CACHE/kubernetes/bin/kubelet
+PROXY=$CACHE/kubernetes/bin/kube-proxy
+# The node's pod network (its engine's bridge), for pods not on the host's network.
+POD_NET=10.252.0.1/24
 REGISTRY_PORT=${FENCECHECK_NODE2_REGISTRY_PORT:-5000}
 D2="docker -H unix://$STATE/docker.sock"
 
@@ -84,9 +87,15 @@ ok = any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["co
 sys.exit(0 if ok else 1)'
 }
 
+# kube-proxy has put the `kubernetes` Service's address into the node's NAT table.
+service_routed() {
+	ip netns exec $NETNS iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q -- "-d $SERVICE_IP/32"
+}
+
 up() {
 	[ "$(id -u)" = 0 ] || die "must run as root (a network namespace, a Docker engine)"
 	[ -x "$KUBELET" ] || die "kubelet is not built ($KUBELET): run ci/bootstrap.sh"
+	[ -x "$PROXY" ] || die "kube-proxy is not built ($PROXY): run ci/bootstrap.sh"
 	cluster_facts
 	[ ! -e "$STATE" ] || die "already up ($STATE exists): ci/second-node.sh down first"
 	local pause
@@ -126,8 +135,7 @@ up() {
 	nsenter --mount="$STATE/ns/mnt" mount --bind "$STATE/log/containers" /var/log/containers
 	nohup nsenter --net=/var/run/netns/$NETNS --mount="$STATE/ns/mnt" dockerd --config-file "$STATE/daemon.json" \
 		--data-root "$STATE/docker" --exec-root "$STATE/exec" --pidfile "$STATE/dockerd.pid" \
-		-H "unix://$STATE/docker.sock" --bridge=none --iptables=false --ip-masq=false \
-		--ip-forward=false --storage-driver=vfs --cgroup-parent=/$NETNS \
+		-H "unix://$STATE/docker.sock" --bip=$POD_NET --storage-driver=vfs --cgroup-parent=/$NETNS \
 		--insecure-registry=10.251.0.0/24 >"$STATE/dockerd.log" 2>&1 &
 	wait_for 60 "the node's Docker engine" $D2 version
 	docker save "$pause" | $D2 load >/dev/null
@@ -191,6 +199,37 @@ EOF
 		>"$STATE/kubelet.log" 2>&1 &
 	echo $! >"$STATE/kubelet.pid"
 	wait_for 120 "node $NODE Ready" node_ready
+
+	# A pod not on the host's network reaches the API server as in any cluster:
+	# at the `kubernetes` Service's address, which kube-proxy carries to the
+	# Service's Endpoints. The local cluster's API server advertises loopback
+	# and keeps no Endpoints (`--endpoint-reconciler-type=none`): the route a
+	# pod here can take is the forwarder above, so that is what they say.
+	# Pods get the Service's address from kubelet (KUBERNETES_SERVICE_HOST).
+	api DELETE /api/v1/namespaces/default/endpoints/kubernetes -o /dev/null || true
+	api POST /api/v1/namespaces/default/endpoints -o /dev/null -f -H 'Content-Type: application/json' \
+		-d "{\"metadata\":{\"name\":\"kubernetes\"},\"subsets\":[{\"addresses\":[{\"ip\":\"$HOST_IP\"}],\"ports\":[{\"name\":\"https\",\"port\":$PORT,\"protocol\":\"TCP\"}]}]}" ||
+		die "could not create Endpoints default/kubernetes"
+	# kube-proxy 1.20 reads EndpointSlices, which the API server's reconciler
+	# keeps beside the Endpoints: the same, as a slice.
+	api DELETE /apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices/kubernetes -o /dev/null || true
+	api POST /apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices -o /dev/null -f \
+		-H 'Content-Type: application/json' \
+		-d "{\"metadata\":{\"name\":\"kubernetes\",\"labels\":{\"kubernetes.io/service-name\":\"kubernetes\"}},\"addressType\":\"IPv4\",\"endpoints\":[{\"addresses\":[\"$HOST_IP\"],\"conditions\":{\"ready\":true}}],\"ports\":[{\"name\":\"https\",\"port\":$PORT,\"protocol\":\"TCP\"}]}" ||
+		die "could not create EndpointSlice default/kubernetes"
+	SERVICE_IP=$(api GET /api/v1/namespaces/default/services/kubernetes |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["spec"]["clusterIP"])') ||
+		die "the cluster has no Service default/kubernetes"
+	# conntrack and OOM flags 0: leave the kernel's values (the second is the
+	# capability this machine lacks, as for kubelet's sandbox).
+	nohup nsenter --net=/var/run/netns/$NETNS --mount="$STATE/ns/mnt" "$PROXY" \
+		--kubeconfig="$STATE/kubeconfig" --hostname-override=$NODE --proxy-mode=iptables \
+		--conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
+		--conntrack-tcp-timeout-close-wait=0 --oom-score-adj=0 \
+		--metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
+		>"$STATE/kube-proxy.log" 2>&1 &
+	echo $! >"$STATE/kube-proxy.pid"
+	wait_for 60 "kube-proxy's rule for the kubernetes Service ($SERVICE_IP)" service_routed
 	echo "node $NODE Ready (its engine: $D2; its 127.0.0.1:$REGISTRY_PORT is this machine's $HOST_IP:$REGISTRY_PORT)"
 }
 
@@ -205,6 +244,7 @@ stop_pid() { # file
 
 down() {
 	cluster_facts || true
+	stop_pid "$STATE/kube-proxy.pid"
 	stop_pid "$STATE/kubelet.pid"
 	if [ -S "$STATE/docker.sock" ]; then
 		$D2 ps -aq | xargs -r $D2 rm -f >/dev/null 2>&1 || true
@@ -213,6 +253,10 @@ down() {
 	stop_pid "$STATE/forward.pid"
 	stop_pid "$STATE/forward-registry.pid"
 	[ -z "${TOKEN:-}" ] || api DELETE "/api/v1/nodes/$NODE" -o /dev/null || true
+	# The Endpoints `up` made lead to the forwarder that goes with the node.
+	[ -z "${TOKEN:-}" ] || api DELETE /api/v1/namespaces/default/endpoints/kubernetes -o /dev/null || true
+	[ -z "${TOKEN:-}" ] ||
+		api DELETE /apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices/kubernetes -o /dev/null || true
 	# The engine's and kubelet's own mounts under the state directory, deepest first.
 	if [ -d "$STATE" ]; then
 		findmnt -rn -o TARGET | grep "^$STATE" | sort -r | xargs -r -n1 umount -l || true
@@ -235,6 +279,7 @@ down() {
 wall() {
 	cluster_facts
 	ip netns exec $NETNS iptables -D OUTPUT -j FC-WALL 2>/dev/null || true
+	ip netns exec $NETNS iptables -D FORWARD -j FC-WALL 2>/dev/null || true
 	ip netns exec $NETNS iptables -D INPUT -j FC-WALL-IN 2>/dev/null || true
 	for chain in FC-WALL FC-WALL-IN; do
 		ip netns exec $NETNS iptables -F $chain 2>/dev/null || true
@@ -246,6 +291,8 @@ wall() {
 		ip netns exec $NETNS iptables -A FC-WALL -d $HOST_IP -p tcp -m conntrack --ctstate NEW \
 			-m multiport ! --dports "$PORT,$REGISTRY_PORT" -j REJECT --reject-with tcp-reset
 		ip netns exec $NETNS iptables -I OUTPUT 1 -j FC-WALL
+		# The node's pods on its pod network too (theirs is forwarded traffic).
+		ip netns exec $NETNS iptables -I FORWARD 1 -j FC-WALL
 		ip netns exec $NETNS iptables -N FC-WALL-IN
 		ip netns exec $NETNS iptables -A FC-WALL-IN -s $HOST_IP -p tcp -m conntrack --ctstate NEW \
 			! --dport $KUBELET_PORT -j REJECT --reject-with tcp-reset
