@@ -138,6 +138,34 @@ pub struct Cluster {
     /// `direct` only the node's address; `port-forward` only the API server.
     #[serde(default, skip_serializing_if = "Reach::is_auto")]
     pub reach: Reach,
+    /// Where the kubernetes backend's reaper (the dead-man switch after a
+    /// SIGKILL) runs: `auto` on a node that is this machine, on its host
+    /// network, when the cluster has one, else as `in-cluster`; `in-cluster`
+    /// on the run's node in the cluster's pod network, reaching the API server
+    /// through the `kubernetes` Service as any pod does.
+    #[serde(default, skip_serializing_if = "ReaperPlace::is_auto")]
+    pub reaper: ReaperPlace,
+}
+
+/// `[cluster] reaper`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReaperPlace {
+    #[default]
+    Auto,
+    InCluster,
+}
+
+impl ReaperPlace {
+    pub fn is_auto(&self) -> bool {
+        *self == ReaperPlace::Auto
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReaperPlace::Auto => "auto",
+            ReaperPlace::InCluster => "in-cluster",
+        }
+    }
 }
 
 /// `[cluster] reach`.
@@ -173,6 +201,7 @@ impl Default for Cluster {
             node: None,
             registry: None,
             reach: Reach::Auto,
+            reaper: ReaperPlace::Auto,
         }
     }
 }
@@ -835,6 +864,25 @@ mutex_overlaps = ">0"
             Scenario::parse("name = \"x\"\n[cluster]\nreach = \"tunnel\"\n", "t.toml").unwrap_err();
         assert_eq!(e.line, Some(3), "{e}");
         assert!(e.message.contains("port-forward"), "{e}");
+    }
+
+    #[test]
+    fn reaper_is_auto_or_in_cluster_and_round_trips() {
+        for (text, want) in [
+            ("", ReaperPlace::Auto),
+            ("reaper = \"auto\"\n", ReaperPlace::Auto),
+            ("reaper = \"in-cluster\"\n", ReaperPlace::InCluster),
+        ] {
+            let s =
+                Scenario::parse(&format!("name = \"x\"\n[cluster]\n{text}"), "t.toml").expect(text);
+            assert_eq!(s.cluster.reaper, want, "{text}");
+            let again = Scenario::parse(&s.to_toml(), "resolved.toml").expect("round trip");
+            assert_eq!(again.cluster.reaper, want, "{text}");
+        }
+        let e =
+            Scenario::parse("name = \"x\"\n[cluster]\nreaper = \"host\"\n", "t.toml").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("in-cluster"), "{e}");
     }
 
     #[test]

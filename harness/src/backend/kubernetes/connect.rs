@@ -37,8 +37,9 @@ pub struct Cluster {
     pub remote: Option<Remote>,
     /// Where the reaper's pod goes when `node` is not this machine: a node of
     /// the cluster that is (the reaper reaches the API server at the
-    /// kubeconfig's address, on that host's network), else `None`: in the
-    /// cluster's own network, at `kubernetes.default.svc`.
+    /// kubeconfig's address, on that host's network), else `None`: on `node`
+    /// in the cluster's pod network, through the `kubernetes` Service
+    /// ([`reaper_access`]).
     pub reaper_node: Option<String>,
 }
 
@@ -88,10 +89,20 @@ pub fn kubeconfig(given: Option<&Path>) -> Result<(PathBuf, String)> {
     )
 }
 
-/// What the reaper's pod needs to reach the API server as the harness does: the
-/// same server URL (its pod is on the host's network of the harness's node), the
-/// kubeconfig's token and CA.
-pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
+/// What the reaper's pod needs to reach the API server, and where it runs.
+///
+/// `auto` puts it on a node that is this machine (the run's, or another's when
+/// the run's node is not this machine), on its host network: the kubeconfig's
+/// address is this machine's view of the API server, and so is that host's.
+/// Without such a node, or asked `in-cluster`, it goes on the run's node (by
+/// `nodeName`, as every pod of the run: no scheduler needed) in the cluster's
+/// pod network, and reaches the API server as any pod does, at the `kubernetes`
+/// Service's address kubelet gives each container (`reaper/src/kube.rs`),
+/// checking the certificate with the kubeconfig's CA.
+pub fn reaper_access(
+    c: &Cluster,
+    place: crate::scenario::ReaperPlace,
+) -> Result<super::reaper::ReaperAccess> {
     use secrecy::ExposeSecret;
     let token = c
         .config
@@ -104,12 +115,10 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
              SIGKILL) needs one to act for the run",
         )?;
     let ca_pem = ca_pem(&c.config);
-    // On this machine's node (the run's, or another's when the run's node is
-    // not this machine), on its host network: the kubeconfig's address is
-    // this machine's view of the API server, and so is that host's.
-    let here = match &c.remote {
-        None => Some(c.node.clone()),
-        Some(_) => c.reaper_node.clone(),
+    let here = match (place, &c.remote) {
+        (crate::scenario::ReaperPlace::InCluster, _) => None,
+        (_, None) => Some(c.node.clone()),
+        (_, Some(_)) => c.reaper_node.clone(),
     };
     Ok(match here {
         Some(node) => super::reaper::ReaperAccess {
@@ -122,17 +131,11 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
                 .filter(|s| std::path::Path::new(s).exists()),
             pull: None,
         },
-        // No node of the cluster is this machine: the reaper goes wherever the
-        // scheduler puts it and reaches the API server by the cluster's own
-        // service name, whose certificate the cluster's CA signs (kubeadm's,
-        // k3s's and the clouds' API servers name `kubernetes.default.svc`).
-        // Not tested here: the local cluster has no scheduler and no
-        // kube-proxy (docs/backends.md).
         None => super::reaper::ReaperAccess {
             server: IN_CLUSTER.to_string(),
             token,
             ca_pem,
-            node: None,
+            node: Some(c.node.clone()),
             host_network: false,
             docker_socket: None,
             pull: None,
@@ -140,8 +143,66 @@ pub fn reaper_access(c: &Cluster) -> Result<super::reaper::ReaperAccess> {
     })
 }
 
-/// The API server's address inside a cluster.
-const IN_CLUSTER: &str = "https://kubernetes.default.svc";
+/// The `kubernetes` Service in namespace `default` as a pod sees it: its
+/// address (what kubelet gives each container as `KUBERNETES_SERVICE_HOST`) and
+/// the API server's addresses behind it (its Endpoints, which the API server
+/// keeps). Err: why a pod cannot reach the API server through it.
+pub async fn api_service(client: &kube::Client) -> Result<String, String> {
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = match tokio::time::timeout(CALL, services.get_opt("kubernetes")).await {
+        Ok(Ok(Some(s))) => s,
+        Ok(Ok(None)) => return Err("the cluster has no Service default/kubernetes".into()),
+        Ok(Err(e)) => return Err(format!("get service default/kubernetes: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "get service default/kubernetes: no answer in {CALL:?}"
+            ))
+        }
+    };
+    let ip = svc
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or("Service default/kubernetes has no cluster IP")?;
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+    let behind: Vec<String> =
+        match tokio::time::timeout(CALL, endpoints.get_opt("kubernetes")).await {
+            Ok(Ok(e)) => e
+                .and_then(|e| e.subsets)
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|s| {
+                    let ports: Vec<i32> = s.ports.iter().flatten().map(|p| p.port).collect();
+                    s.addresses
+                        .iter()
+                        .flatten()
+                        .flat_map(move |a| {
+                            let ip = a.ip.clone();
+                            ports.clone().into_iter().map(move |p| format!("{ip}:{p}"))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            Ok(Err(e)) => return Err(format!("get endpoints default/kubernetes: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "get endpoints default/kubernetes: no answer in {CALL:?}"
+                ))
+            }
+        };
+    if behind.is_empty() {
+        return Err(format!(
+            "Service default/kubernetes ({ip}) has no endpoints: the API server publishes \
+             no address a pod can reach (one that advertises a loopback address cannot)"
+        ));
+    }
+    Ok(format!("{ip} -> {}", behind.join(", ")))
+}
+
+/// The reaper's word for "the `kubernetes` Service's address, as kubelet gives
+/// it to the container" (`reaper/src/kube.rs`'s `IN_CLUSTER`).
+const IN_CLUSTER: &str = "in-cluster";
 
 /// The kubeconfig's CA certificates for its server, as PEM ("" when it names
 /// none).

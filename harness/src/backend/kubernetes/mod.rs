@@ -194,6 +194,10 @@ struct Record<'a> {
     /// machine's monotonic clock to the node's (`pods::clock_offset`).
     #[serde(skip_serializing_if = "Option::is_none")]
     node_clock: Option<NodeClock>,
+    /// Where the reaper runs, how it reaches the API server (`server`: the
+    /// kubeconfig's address, or "in-cluster": the `kubernetes` Service's), and
+    /// ms until its pod ran and until it had read the run's Lease.
+    reaper: serde_json::Value,
 }
 
 #[derive(serde::Serialize)]
@@ -272,6 +276,31 @@ impl KubernetesBackend {
                     ),
                 )
                 .into());
+        }
+        // A reaper in the pod network reaches the API server through the
+        // `kubernetes` Service, which every conformant cluster has; a cluster
+        // without it is refused here, not 20 s into the reaper's start.
+        if connect::reaper_access(&cluster, scenario.cluster.reaper).is_ok_and(|a| !a.host_network)
+        {
+            if let Err(why) = connect::api_service(&cluster.client).await {
+                let why = format!(
+                    "the reaper (the dead-man switch after a SIGKILL) would run in the \
+                     cluster's pod network{}, and reach the API server through the \
+                     `kubernetes` Service: {why}",
+                    if scenario.cluster.reaper == crate::scenario::ReaperPlace::InCluster {
+                        " (cluster.reaper = \"in-cluster\")"
+                    } else {
+                        ": no node of the cluster is this machine"
+                    }
+                );
+                return Err(
+                    if scenario.cluster.reaper == crate::scenario::ReaperPlace::InCluster {
+                        scenario.source.error_at_key("reaper", why).into()
+                    } else {
+                        anyhow::anyhow!(why)
+                    },
+                );
+            }
         }
         // The images, built on this machine's Docker engine: a node on that engine
         // (the local cluster's) finds them there; any other pulls them from
@@ -427,7 +456,7 @@ impl KubernetesBackend {
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
-        let access = connect::reaper_access(&cluster);
+        let access = connect::reaper_access(&cluster, scenario.cluster.reaper);
         let reaper_image = match crate::images::reaper_image(&engine.docker, say).await {
             Ok(i) => registry::place(&engine.docker, registry, login, &i.tag, say).await,
             Err(e) => Err(e),
@@ -537,6 +566,15 @@ impl KubernetesBackend {
             ready_ms: 0,
             reach: None,
             node_clock: None,
+            reaper: backend
+                .reaper
+                .as_ref()
+                .map(|r| {
+                    let mut v = r.record.clone();
+                    v["asked"] = scenario.cluster.reaper.as_str().into();
+                    v
+                })
+                .unwrap_or_default(),
         };
         let peer_links = if links_in_pod {
             match backend.peer_links(&peer_pairs, say).await {

@@ -71,6 +71,8 @@ pub struct Reaper {
     pub name: String,
     /// The run's namespace.
     pub namespace: String,
+    /// Where it runs and how it reaches the API server, for `kubernetes.json`.
+    pub record: serde_json::Value,
 }
 
 /// `fencecheck-reaper-<run_id>`: the reaper's pod and Secret.
@@ -128,9 +130,14 @@ pub async fn start(
         renew,
         name: name.clone(),
         namespace: ns.to_string(),
+        record: serde_json::Value::Null,
     };
     match make_pod(client, ns, run_id, &name, access, image, say).await {
-        Ok(()) => Ok(reaper),
+        Ok(record) => {
+            let mut reaper = reaper;
+            reaper.record = record;
+            Ok(reaper)
+        }
         Err(e) => {
             reaper.stop(client).await;
             Err(e)
@@ -146,7 +153,7 @@ async fn make_pod(
     access: &ReaperAccess,
     image: &str,
     say: &dyn Fn(&str),
-) -> Result<()> {
+) -> Result<serde_json::Value> {
     let pull = access.pull.as_deref();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), HOME);
     // With a registry login, the same Secret is the reaper pod's pull secret
@@ -274,11 +281,22 @@ async fn make_pod(
             .unwrap_or_default();
         match phase.as_str() {
             "Running" => {
+                let running = started.elapsed();
                 say(&format!(
                     "reaper pod {HOME}/{name} running after {:.1} s",
-                    started.elapsed().as_secs_f64()
+                    running.as_secs_f64()
                 ));
-                return Ok(());
+                armed(&pods, name, say).await?;
+                let armed = started.elapsed();
+                return Ok(serde_json::json!({
+                    "pod": format!("{HOME}/{name}"),
+                    "node": p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    "network": if access.host_network { "host" } else { "pod" },
+                    "pod_ip": p.status.as_ref().and_then(|s| s.pod_ip.clone()),
+                    "server": access.server,
+                    "running_ms": running.as_millis() as u64,
+                    "armed_ms": armed.as_millis() as u64,
+                }));
             }
             "Succeeded" | "Failed" => {
                 bail!("the reaper pod {HOME}/{name} ended ({phase}) instead of running")
@@ -293,6 +311,54 @@ async fn make_pod(
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the reaper prints once it has read the run's Lease (`reaper/src/kube.rs`).
+const SEEN: &str = "lease seen";
+/// How long the reaper may take to read the Lease once it runs: it reads every
+/// second, each call limited to 5 s.
+const ARMED_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Waits until the reaper's log says it read the run's Lease: a reaper that
+/// runs but cannot reach the API server from where it is (its pod network
+/// without a route to the `kubernetes` Service, a certificate that does not
+/// name the address it went to) would never reap, and the run must not start
+/// on a dead-man switch that is not there. Its log is in the error.
+async fn armed(pods: &Api<Pod>, name: &str, say: &dyn Fn(&str)) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let log = pods
+            .logs(name, &kube::api::LogParams::default())
+            .await
+            .unwrap_or_default();
+        if log.contains(SEEN) {
+            say(&format!(
+                "reaper pod {HOME}/{name} read the run's lease after {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+            return Ok(());
+        }
+        let ended = pods
+            .get(name)
+            .await
+            .ok()
+            .and_then(|p| p.status.and_then(|s| s.phase))
+            .filter(|p| p == "Succeeded" || p == "Failed");
+        if ended.is_some() || started.elapsed() >= ARMED_DEADLINE {
+            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!(
+                "the reaper pod {HOME}/{name} {} without reading the run's lease: it cannot \
+                 reach the API server from where it runs; its log:\n{}",
+                match ended {
+                    Some(p) => format!("ended ({p})"),
+                    None => format!("ran for {ARMED_DEADLINE:?}"),
+                },
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
