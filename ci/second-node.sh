@@ -25,6 +25,12 @@
 # The apiserver listens on loopback, so a small forwarder carries
 # 10.251.0.1:<port> to it; the node's kubeconfig names the certificate's
 # 127.0.0.1 as the TLS server name.
+# - a pod network (its engine's bridge, 10.252.0.0/24, masqueraded) and
+#   kube-proxy 1.20.2 (built by ci/kubernetes.sh), which carries the
+#   `kubernetes` Service's address to that forwarder: `up` publishes it as the
+#   Service's Endpoints and EndpointSlice (the local API server keeps none, its
+#   own address being loopback), so a pod there reaches the API server as in any
+#   cluster (the kubernetes backend's reaper with `[cluster] reaper = "in-cluster"`).
 #
 # Why not kind or k3s: neither is reachable from here. Why not a kubelet in a
 # container: the same, with more to build (a Docker engine inside it).
