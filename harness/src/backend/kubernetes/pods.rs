@@ -314,10 +314,28 @@ pub async fn running(pods: &Api<Pod>, name: &str) -> Result<()> {
                 return Ok(());
             }
             if let Some(t) = st.terminated {
+                // Its last words, in the error itself: the run directory the
+                // error points to may be a test's temporary one, gone by the
+                // time anyone reads it.
+                let last = pods
+                    .logs(
+                        &name,
+                        &kube::api::LogParams {
+                            tail_lines: Some(6),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap_or_default();
                 bail!(
-                    "pod {name}: its container ended at once (exit {}{})",
+                    "pod {name}: its container ended at once (exit {}{}){}",
                     t.exit_code,
-                    t.message.map(|m| format!(": {m}")).unwrap_or_default()
+                    t.message.map(|m| format!(": {m}")).unwrap_or_default(),
+                    if last.trim().is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the end of its log:\n{}", last.trim_end())
+                    }
                 );
             }
             if let Some(w) = st.waiting {
