@@ -1141,6 +1141,95 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
     }
     let run_id = k["run_id"].as_str().expect("run_id").to_string();
     wait_nothing_left(rt, kubeconfig, &run_id, "the second node's adapter run");
+    // The reaper in the node's pod network (`[cluster] reaper =
+    // "in-cluster"`), as on a cluster no node of which is this machine: the
+    // harness killed with SIGKILL mid-run, and nothing of the run is left
+    // within 60 s. The reaper reached the API server through the `kubernetes`
+    // Service's address (kube-proxy's rule on the node, to the Endpoints the
+    // test bed publishes) and checked its certificate for that address.
+    let text =
+        std::fs::read_to_string(repo_root().join("scenarios/pause.toml")).expect("pause.toml");
+    assert!(
+        text.contains("[cluster]\n"),
+        "pause.toml has no [cluster] table"
+    );
+    let file = work.join("reaper-in-cluster.toml");
+    std::fs::write(
+        &file,
+        text.replacen(
+            "[cluster]\n",
+            &format!(
+                "[cluster]\nnode = \"{}\"\nregistry = \"{}\"\nreaper = \"in-cluster\"\n",
+                SecondNode::NAME,
+                reg.name
+            ),
+            1,
+        ),
+    )
+    .expect("write");
+    let out = work.join("reaper-in-cluster");
+    let mut child = bin()
+        .env("DOCKER_CONFIG", &reg.docker_config)
+        .env("KUBECONFIG", kubeconfig)
+        .arg("scenario")
+        .arg(&file)
+        .args(["--backend", "kubernetes", "--quiet", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(work.join("reaper-in-cluster.err")).expect("stderr file"))
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !std::fs::read_to_string(out.join("nemesis.jsonl"))
+        .unwrap_or_default()
+        .contains("\"invoke\"")
+    {
+        if let Some(s) = child.try_wait().expect("wait") {
+            panic!(
+                "fencecheck exited ({s}) before its first fault: {}",
+                std::fs::read_to_string(work.join("reaper-in-cluster.err")).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the in-cluster reaper's run never got there"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let k = kubernetes_json(&out);
+    let reaper = &k["reaper"];
+    assert_eq!(reaper["asked"], "in-cluster", "{k}");
+    assert_eq!(reaper["network"], "pod", "{reaper}");
+    assert_eq!(reaper["server"], "in-cluster", "{reaper}");
+    assert_eq!(reaper["node"], SecondNode::NAME, "{reaper}");
+    let pod_ip = reaper["pod_ip"].as_str().unwrap_or_default();
+    assert!(
+        pod_ip.starts_with("10.252.0."),
+        "not in the node's pod network: {reaper}"
+    );
+    let run_id = k["run_id"].as_str().expect("run_id").to_string();
+    let log = rt.block_on(async {
+        let client = fencecheck::cluster::api::client(kubeconfig)
+            .await
+            .expect("client");
+        Api::<Pod>::namespaced(client, "default")
+            .logs(&format!("fencecheck-reaper-{run_id}"), &Default::default())
+            .await
+            .expect("the reaper's log")
+    });
+    assert!(
+        log.contains("at https://10.0.0.1:443") && log.contains("lease seen"),
+        "the reaper did not read the Lease through the Service: {log}"
+    );
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let gone = wait_nothing_left(
+        rt,
+        kubeconfig,
+        &run_id,
+        "after SIGKILL, the reaper in-cluster",
+    );
+    eprintln!("k8s_backend: SIGKILL, the reaper in the node's pod network: nothing left {gone:.1} s later");
     // No run needed the node to reach this machine but at the API server
     // and the registry (each run's probe of the other way is counted above).
     assert_eq!(
@@ -1264,7 +1353,8 @@ fn run_namespaces(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> Vec<String
 /// the API, as another machine's kubelet would: another boot id, containerd), a
 /// real node of this kernel in a network of its own (`ci/second-node.sh`), and
 /// one that does not exist, all named by `[cluster] node`; `[cluster] reach`
-/// asking for what the node cannot give; a user whom RBAC
+/// asking for what the node cannot give; `[cluster] reaper = "in-cluster"` on
+/// a cluster whose `kubernetes` Service has no endpoints; a user whom RBAC
 /// denies one verb the run needs (a service account of the cluster, its token
 /// from the TokenRequest API, bound to a role with every needed verb but
 /// `create pods/exec`).
@@ -1415,6 +1505,18 @@ fn refusals_on_the_cluster(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work
             "localhost",
             "reach = \"port-forward\"\n",
             &[":5:", "cluster.reach", "node localhost is this machine"][..],
+        ),
+        // The local cluster's API server advertises loopback: no Endpoints
+        // behind its `kubernetes` Service, so no pod reaches it through it
+        // (the second node's test bed gives it some).
+        (
+            "localhost",
+            "reaper = \"in-cluster\"\n",
+            &[
+                ":5:",
+                "cluster.reaper",
+                "Service default/kubernetes (10.0.0.1) has no endpoints",
+            ][..],
         ),
         (
             "nowhere",
