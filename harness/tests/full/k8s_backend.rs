@@ -852,10 +852,18 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         // What the faults did, for a failure's reader: the run directory goes
         // with the test's temporary one.
         let faults = std::fs::read_to_string(out.join("nemesis.jsonl")).unwrap_or_default();
+        // And how the harness reached the pods (its port-forwards' counts):
+        // a run whose observer missed grants there failed so, its directory
+        // gone with the test's.
+        let reached = std::fs::read_to_string(out.join("kubernetes.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|k| k["reach"].to_string())
+            .unwrap_or_default();
         assert_eq!(
             o.status.code(),
             Some(0),
-            "{name}: {}\nnemesis.jsonl:\n{faults}",
+            "{name}: {}\nnemesis.jsonl:\n{faults}\nreach: {reached}",
             explain(&o)
         );
         let r = read_report(&out);
