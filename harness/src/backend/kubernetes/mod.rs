@@ -280,8 +280,8 @@ impl KubernetesBackend {
         // A reaper in the pod network reaches the API server through the
         // `kubernetes` Service, which every conformant cluster has; a cluster
         // without it is refused here, not 20 s into the reaper's start.
-        if connect::reaper_access(&cluster, scenario.cluster.reaper).is_ok_and(|a| !a.host_network)
-        {
+        let reaper_access = connect::reaper_access(&cluster, scenario.cluster.reaper);
+        if reaper_access.as_ref().is_ok_and(|a| !a.host_network) {
             if let Err(why) = connect::api_service(&cluster.client).await {
                 let why = format!(
                     "the reaper (the dead-man switch after a SIGKILL) would run in the \
@@ -456,7 +456,7 @@ impl KubernetesBackend {
         };
         // The reaper first: from here on the run's pods go even if this process is
         // killed outright.
-        let access = connect::reaper_access(&cluster, scenario.cluster.reaper);
+        let access = reaper_access;
         let reaper_image = match crate::images::reaper_image(&engine.docker, say).await {
             Ok(i) => registry::place(&engine.docker, registry, login, &i.tag, say).await,
             Err(e) => Err(e),
