@@ -58,6 +58,21 @@ pub fn spawn(
     Ok(child.id())
 }
 
+/// How `pid` ended, if it is a child of this process that has exited (it is
+/// then reaped); `None` while it runs, or when it is not this process's child
+/// (a component of an earlier `up`: only [`alive`] can tell of it).
+pub fn reap(pid: u32) -> Option<String> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    match waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(format!("exit status {code}")),
+        Ok(WaitStatus::Signaled(_, sig, core)) => Some(format!(
+            "killed by {sig}{}",
+            if core { ", core dumped" } else { "" }
+        )),
+        _ => None,
+    }
+}
+
 /// Whether `pid` is a live (not zombie) process whose command line mentions
 /// `dir`: a pid the kernel has since given to another program is not ours.
 pub fn alive(pid: u32, dir: &Path) -> bool {
@@ -123,4 +138,42 @@ pub fn tail(log: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starts `sh -c script` as a component would be, and waits (with a
+    /// deadline) until `reap` says how it ended.
+    fn ended(script: &str) -> String {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("c.log");
+        let args = vec![
+            "-c".to_string(),
+            script.to_string(),
+            dir.path().display().to_string(),
+        ];
+        let pid = spawn("c", Path::new("/bin/sh"), &args, &[], &log).expect("spawn");
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(how) = reap(pid) {
+                assert!(!alive(pid, dir.path()), "reaped, so gone");
+                return how;
+            }
+            assert!(std::time::Instant::now() < until, "{script} did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn reap_says_the_exit_status_or_the_signal() {
+        assert_eq!(ended("exit 3"), "exit status 3");
+        assert_eq!(ended("kill -KILL $$"), "killed by SIGKILL");
+    }
+
+    #[test]
+    fn reap_knows_nothing_of_a_process_that_is_not_its_child() {
+        assert_eq!(reap(1), None);
+    }
 }

@@ -315,7 +315,7 @@ async fn ready(c: &Component, dir: &Path, deadline: Duration, say: &dyn Fn(&str)
     let probe = crate::systems::kubernetes::service::wait_ready(&c.name, addr, deadline);
     tokio::select! {
         r = probe => r.map_err(|e| e.context(log_tail(c))),
-        _ = exited(c.pid, dir) => bail!("{} exited while starting\n{}", c.name, log_tail(c)),
+        how = exited(c.pid, dir) => bail!("{} exited while starting ({how})\n{}", c.name, log_tail(c)),
     }
 }
 
@@ -350,22 +350,40 @@ async fn node_ready(
     };
     tokio::select! {
         r = poll => r.map_err(|e| e.context(log_tail(kubelet))),
-        _ = exited(kubelet.pid, dir) => bail!("kubelet exited while starting\n{}", log_tail(kubelet)),
+        how = exited(kubelet.pid, dir) => bail!("kubelet exited while starting ({how})\n{}", log_tail(kubelet)),
     }
 }
 
-async fn exited(pid: u32, dir: &Path) {
-    while process::alive(pid, dir) {
+/// Waits until the component has exited; says how (its exit status or the
+/// signal that ended it), which its log alone cannot: a kubelet killed at
+/// start leaves an empty log.
+async fn exited(pid: u32, dir: &Path) -> String {
+    loop {
+        if let Some(how) = process::reap(pid) {
+            return how;
+        }
+        if !process::alive(pid, dir) {
+            return "gone; its exit status was not ours to read".into();
+        }
+        // The poll's interval, not a wait for the exit.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
+/// The end of a component's log: its stdout and stderr both go there.
 fn log_tail(c: &Component) -> String {
-    format!(
-        "last lines of {}:\n{}",
-        c.log.display(),
-        process::tail(&c.log, 15)
-    )
+    let tail = process::tail(&c.log, 15);
+    if tail.trim().is_empty() {
+        format!(
+            "it printed nothing on stdout or stderr ({} is empty)",
+            c.log.display()
+        )
+    } else {
+        format!(
+            "last lines of {} (stdout and stderr):\n{tail}",
+            c.log.display()
+        )
+    }
 }
 
 #[cfg(test)]

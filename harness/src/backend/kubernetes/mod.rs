@@ -46,6 +46,7 @@ pub mod namespace;
 pub mod pods;
 pub mod reaper;
 pub mod registry;
+pub mod retry;
 pub mod workers;
 
 use std::collections::HashSet;

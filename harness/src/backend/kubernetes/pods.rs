@@ -299,8 +299,10 @@ pub async fn running(pods: &Api<Pod>, name: &str) -> Result<()> {
     let name = name.to_string();
     let t0 = Instant::now();
     loop {
-        let p = pods
-            .get(&name)
+        // Polled until the deadline: a loaded API server that times out one
+        // read must not end the run (retry.rs).
+        let left = RUNNING_DEADLINE.saturating_sub(t0.elapsed());
+        let p = super::retry::call(&format!("get pod {name}"), left, || pods.get(&name))
             .await
             .with_context(|| format!("get pod {name}"))?;
         let st = p

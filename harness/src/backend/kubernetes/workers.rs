@@ -80,6 +80,9 @@ pub fn on_remote(s: &crate::scenario::Scenario) -> Result<(), String> {
 
 /// How long the worker's process may take to appear under the agent.
 const PID_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a read of the API server is retried while it times out or answers
+/// 5xx/429 (a loaded server; retry.rs) before the run gives up.
+const API_RETRY: Duration = Duration::from_secs(30);
 
 /// One worker to start.
 pub struct Launch {
@@ -329,7 +332,9 @@ impl KubernetesBackend {
     /// agent is the container's init, whose pid the engine knows; the program is
     /// its child.
     async fn worker_pid(&self, pod: &str) -> Result<(u32, u64)> {
-        let p = self.pods.get(pod).await.context("get pod")?;
+        let p = super::retry::call(&format!("get pod {pod}"), API_RETRY, || self.pods.get(pod))
+            .await
+            .with_context(|| format!("get pod {pod}"))?;
         let id = p
             .status
             .and_then(|s| s.container_statuses)
