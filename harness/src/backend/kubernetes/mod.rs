@@ -47,6 +47,7 @@ pub mod pods;
 pub mod reaper;
 pub mod registry;
 pub mod retry;
+mod start;
 pub mod workers;
 
 use std::collections::HashSet;
@@ -233,79 +234,13 @@ impl KubernetesBackend {
     ) -> Result<(KubernetesBackend, Deployment)> {
         let run_dir = std::fs::canonicalize(run_dir)
             .with_context(|| format!("cannot resolve {}", run_dir.display()))?;
-        let svc = scenario.lock.service;
-        let system = crate::systems::system(svc);
         // A resource's own server (PostgreSQL) runs as the storage's pod instead
         // of fencecheck's storage.
         let own = match external {
             Some(_) => None,
             None => crate::resources::resource(scenario).docker_storage(scenario),
         };
-        // Where the workers run (pods, or processes here) decides whether the
-        // links pod runs on a node that is not this machine, and with it
-        // whether the harness can go through port-forwards: refused before
-        // any image is built.
-        // The workers as pods, with a `[client]` adapter's runtime in them; on
-        // a node that is not this machine only where its agents can do what
-        // this machine's signals do (`workers::on_remote`).
-        let in_pods = workers::in_pods(scenario)
-            .filter(|_| cluster.remote.is_none() || workers::on_remote(scenario).is_ok());
-        let links_in_pod = cluster.remote.is_some() && in_pods.is_some();
-        if let Some(why) = cluster.remote.as_ref().and_then(|r| r.unreached.as_ref()) {
-            if !links_in_pod {
-                bail!(
-                    "{why}; this scenario's workers stay processes here, and their links \
-                     with them (see the backends chapter, a node that is not this machine)"
-                );
-            }
-        }
-        if scenario.cluster.reach == crate::scenario::Reach::PortForward && !links_in_pod {
-            return Err(scenario
-                .source
-                .error_at_key(
-                    "reach",
-                    format!(
-                        "cluster.reach = \"port-forward\" needs [cluster] node to be a node \
-                         that is not this machine, with the workers as pods there (the \
-                         port-forwards lead to proxies in their links pod); node {} {}",
-                        cluster.node,
-                        if cluster.remote.is_none() {
-                            "is this machine"
-                        } else {
-                            "runs no worker pods for this scenario: its workers stay processes here"
-                        }
-                    ),
-                )
-                .into());
-        }
-        // A reaper in the pod network reaches the API server through the
-        // `kubernetes` Service, which every conformant cluster has; a cluster
-        // without it is refused here, not 20 s into the reaper's start.
-        let reaper_access = connect::reaper_access(&cluster, scenario.cluster.reaper);
-        if reaper_access.as_ref().is_ok_and(|a| !a.host_network) {
-            if let Err(why) = connect::api_service(&cluster.client).await {
-                let why = format!(
-                    "the reaper (the dead-man switch after a SIGKILL) would run in the \
-                     cluster's pod network{}, and reach the API server through the \
-                     `kubernetes` Service: {why}",
-                    if scenario.cluster.reaper == crate::scenario::ReaperPlace::InCluster {
-                        " (cluster.reaper = \"in-cluster\")"
-                    } else {
-                        ": no node of the cluster is this machine"
-                    }
-                );
-                return Err(
-                    if scenario.cluster.reaper == crate::scenario::ReaperPlace::InCluster {
-                        scenario.source.error_at_key("reaper", why).into()
-                    } else {
-                        anyhow::anyhow!(why)
-                    },
-                );
-            }
-        }
-        // The images, built on this machine's Docker engine: a node on that engine
-        // (the local cluster's) finds them there; any other pulls them from
-        // `[cluster] registry` (`registry.rs`).
+        let shape = start::shape(&cluster, scenario).await?;
         let engine = super::docker::engine(super::docker::ENGINE_TIMEOUT)
             .await
             .context("backend \"kubernetes\" builds its images on this machine's Docker engine, which does not answer")?;
@@ -316,278 +251,85 @@ impl KubernetesBackend {
         } else {
             Some(elect::target(&cluster).await?)
         };
-        let deploy = match on_cluster {
-            Some(_) => None,
-            None => Some(tokio::task::block_in_place(|| {
-                system.deploy(scenario, say)
-            })?),
-        };
-        let member_image = match &deploy {
-            Some(d) => Some(crate::images::pod_image(&engine.docker, d.as_ref(), say).await?),
-            None => None,
-        };
-        let storage_image = match (external, &own) {
-            (Some(_), _) => None,
-            (None, Some(o)) => {
-                Some(crate::images::own_storage_pod_image(&engine.docker, o.as_ref(), say).await?)
-            }
-            (None, None) => Some(crate::images::agent_storage_image(&engine.docker, say).await?),
-        };
-        // Without a registry the pods use the engine's images as they are.
-        let registry = scenario.cluster.registry.as_deref();
-        let login = match registry {
-            Some(r) => registry::login(r)?,
-            None => None,
-        };
-        let login = login.as_ref();
-        // What the pods pull with (`registry.rs`).
-        let pull = login.map(registry::docker_config_json);
-        let member_image = match member_image {
-            Some(i) => Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?),
-            None => None,
-        };
-        let storage_image = match storage_image {
-            Some(i) => Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?),
-            None => None,
-        };
-        // The workers' too, with a `[client]` adapter's runtime in it: an adapter
-        // whose files cannot be packaged stops the run before anything starts.
-        // On a node that is not this machine, with this fencecheck binary in it
-        // (the node does not have it), unless the workers stay processes here
-        // (`workers::on_remote`).
-        let worker_image = match in_pods {
-            None => None,
-            Some(adapter) => {
-                let adapter = adapter.as_ref().map(|(c, f)| (c.as_path(), f.as_slice()));
-                let binary = cluster.remote.is_some();
-                let i = crate::images::worker_image(&engine.docker, adapter, binary, say)
-                    .await
-                    .context("the workers' image")?;
-                Some(registry::place(&engine.docker, registry, login, &i.tag, say).await?)
-            }
-        };
+        let own_members = on_cluster.is_none();
+        let images = start::images(
+            &engine.docker,
+            &cluster,
+            scenario,
+            external,
+            own.as_deref(),
+            &shape.in_pods,
+            own_members,
+            say,
+        )
+        .await?;
         let run_id = super::docker::new_run_id();
         let ns = namespace::name(&run_id);
-        let n = scenario.member_count();
-        let short = system.member_name();
-        let peer_ports = system.ports().peers.len();
-        let remote = cluster.remote.clone();
-        // Worker pods on a node that is not this machine: every link's proxy in
-        // a pod there (`links.rs`), the members' peer links too, so nothing of
-        // the run's traffic crosses this machine.
-        let mut peer_pairs: Vec<Vec<(SocketAddr, SocketAddr)>> = Vec::new();
-        let (at, proxies) = match (&on_cluster, &remote) {
-            (Some(_), _) => (Vec::new(), Vec::new()),
-            (None, None) => super::process::placements(n, peer_ports, &run_dir, short).await?,
-            (None, Some(r)) if links_in_pod => {
-                let (at, pairs) = remote_placements_in_pod(n, peer_ports, &run_dir, short, r)?;
-                peer_pairs = pairs;
-                (at, Vec::new())
-            }
-            (None, Some(r)) => remote_placements(n, peer_ports, &run_dir, short, r).await?,
-        };
-        let node_ports_used: HashSet<u16> = at
-            .iter()
-            .flat_map(|p| {
-                [p.client.port()].into_iter().chain(
-                    p.peers
-                        .iter()
-                        .flat_map(|q| [q.bind.port(), q.advertise.port]),
-                )
-            })
-            .collect();
-        let specs = match &deploy {
-            Some(d) => d.members(scenario, &at)?,
+        let mut placed = start::placements(
+            &cluster,
+            scenario,
+            &run_dir,
+            shape.links_in_pod,
+            own_members,
+        )
+        .await?;
+        let specs = match &images.deploy {
+            Some(d) => d.members(scenario, &placed.at)?,
             None => Vec::new(),
         };
         let clients: Vec<SocketAddr> = match &on_cluster {
             Some(t) => vec![t.addr],
-            None => at.iter().map(|a| a.client).collect(),
+            None => placed.at.iter().map(|a| a.client).collect(),
         };
-        for (spec, p) in specs.iter().zip(&at) {
+        for (spec, p) in specs.iter().zip(&placed.at) {
             super::process::write_files(spec, p)?;
         }
         namespace::create(&cluster.client, &ns, &run_id).await?;
-        let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
-        let mut backend = KubernetesBackend {
-            client: cluster.client.clone(),
-            config: cluster.config.clone(),
-            pods,
-            ns: ns.clone(),
-            members: Vec::new(),
-            storage: None,
+        let mut backend = KubernetesBackend::new(
+            &cluster,
+            scenario,
+            (&run_id, &ns),
             own,
-            node: cluster.node.clone(),
-            streams: cluster.streams.clone(),
-            run_dir: run_dir.clone(),
-            storage_addr: external,
-            peer_proxies: proxies.iter().flatten().cloned().collect(),
-            clients: clients.clone(),
-            clocks: specs
-                .iter()
-                .zip(&at)
-                .map(|(spec, p)| {
-                    spec.clock_file
-                        .as_ref()
-                        .map(|f| PathBuf::from(p.config_file(f)))
-                })
-                .collect(),
-            paused: HashSet::new(),
-            logs: Vec::new(),
-            armed: true,
-            reaper: None,
-            docker: engine.docker.clone(),
-            run_id: run_id.clone(),
-            worker_image,
-            pull_secret: None,
-            remote: remote.clone(),
-            links: None,
-            links_running_ms: None,
-            peer_links_count: peer_pairs.iter().map(Vec::len).sum(),
-            node_ports_used,
-            follows: Vec::new(),
-            remote_workers: Vec::new(),
-            remote_events: Vec::new(),
-            node_clock: None,
-            worker_gate: None,
-            reach_asked: scenario.cluster.reach,
-            seen: Default::default(),
-            forwards: Default::default(),
-            reach: None,
-        };
-        // The reaper first: from here on the run's pods go even if this process is
-        // killed outright.
-        let access = reaper_access;
-        let reaper_image = match crate::images::reaper_image(&engine.docker, say).await {
-            Ok(i) => registry::place(&engine.docker, registry, login, &i.tag, say).await,
-            Err(e) => Err(e),
-        };
-        let started = match (access, reaper_image) {
-            (Ok(mut a), Ok(i)) => {
-                a.pull = pull.clone();
-                reaper::start(&cluster.client, &ns, &run_id, &a, &i, say).await
-            }
-            (Err(e), _) | (_, Err(e)) => Err(e),
-        };
-        match started {
-            Ok(r) => backend.reaper = Some(r),
-            Err(e) => {
-                backend.stop().await;
-                return Err(e.context("the run's reaper did not start"));
-            }
-        }
-        if let Some(json) = &pull {
-            if let Err(e) = namespace::pull_secret(&cluster.client, &ns, &run_id, json).await {
-                backend.stop().await;
-                return Err(e);
-            }
-            backend.pull_secret = Some(registry::PULL_SECRET.to_string());
-        }
-        let access = match &on_cluster {
-            None => deploy.as_ref().and_then(|d| d.access()),
-            // Valid past the run's end, its heal phase and the final reads.
-            Some(t) => {
-                let valid = scenario.duration + Duration::from_secs(600);
-                match elect::grant(&cluster.client, &ns, &run_id, t, valid).await {
-                    Ok(a) => Some(a),
-                    Err(e) => {
-                        backend.stop().await;
-                        return Err(
-                            e.context("the electors' service account on the cluster's API server")
-                        );
-                    }
-                }
-            }
-        };
-        let version = match &deploy {
+            &run_dir,
+            external,
+            &placed,
+            &specs,
+            clients.clone(),
+            engine.docker.clone(),
+            images.worker.clone(),
+        );
+        backend
+            .start_reaper(&cluster, shape.reaper, scenario, &images, say)
+            .await?;
+        let deploy = images.deploy.as_deref();
+        let access = backend
+            .electors_access(&cluster, scenario, deploy, on_cluster.as_ref())
+            .await?;
+        let version = match deploy {
             Some(d) => d.version().to_string(),
             None => cluster.version.clone(),
         };
-        if on_cluster.is_some() {
-            say(&format!(
-                "electing on the cluster's own API server {} ({}), Leases in namespace {ns}, \
-                 as serviceaccount {ns}/{}",
-                cluster.server,
-                cluster.version,
-                elect::ELECTOR
-            ));
-        }
-        if let Some(r) = &remote {
-            say(&format!(
-                "node {} {}: its pods listen on {}, {}",
-                cluster.node,
-                r.why,
-                r.node_ip,
-                if links_in_pod {
-                    "the link proxies too (a pod there)".to_string()
-                } else {
-                    format!("the harness's proxies on {}", r.harness_ip)
-                }
-            ));
-        }
-        say(&format!(
-            "starting {} pod(s){} in namespace {ns} on node {} ({})",
-            match &deploy {
-                Some(d) => format!("{n} {svc} {}", d.version()),
-                None => "no member".into(),
-            },
-            match external {
-                None => " and the storage's",
-                Some(_) => "",
-            },
-            cluster.node,
-            cluster.server
-        ));
-        let record = Record {
-            run_id: &run_id,
-            server: &cluster.server,
-            kubeconfig: cluster.kubeconfig.display().to_string(),
-            kubeconfig_from: &cluster.source,
-            version: &cluster.version,
-            node: &cluster.node,
-            namespace: &ns,
-            label: format!("{RUN_LABEL}={run_id}"),
-            registry,
-            remote: remote.as_ref().map(|r| RemoteRecord {
-                node_address: r.node_ip.to_string(),
-                harness_address: r.harness_ip.to_string(),
-                why: &r.why,
-            }),
-            apiserver: match (&on_cluster, svc) {
-                (Some(_), _) => "the cluster's",
-                (None, crate::scenario::ServiceKind::Kubernetes) => "the run's own",
-                (None, _) => "",
-            },
-            images: [member_image.as_deref(), storage_image.as_deref()]
-                .into_iter()
-                .flatten()
-                .collect(),
-            pods: Vec::new(),
-            ready: Vec::new(),
-            ready_ms: 0,
-            reach: None,
-            node_clock: None,
-            reaper: backend
-                .reaper
-                .as_ref()
-                .map(|r| {
-                    let mut v = r.record.clone();
-                    v["asked"] = scenario.cluster.reaper.as_str().into();
-                    v
-                })
-                .unwrap_or_default(),
-        };
-        let peer_links = if links_in_pod {
-            match backend.peer_links(&peer_pairs, say).await {
-                Ok(l) => l,
-                Err(e) => {
-                    backend.stop().await;
-                    return Err(e.context("the members' peer links in a pod"));
-                }
-            }
-        } else {
-            crate::links::here(proxies)
-        };
+        start::announce(
+            &cluster,
+            scenario,
+            &ns,
+            deploy,
+            on_cluster.is_some(),
+            shape.links_in_pod,
+            external,
+            say,
+        );
+        let record = start::record(
+            &cluster,
+            scenario,
+            &images,
+            (&run_id, &ns),
+            backend.reaper.as_ref(),
+            on_cluster.is_some(),
+        );
+        let peer_links = backend
+            .peer_links_of(&mut placed, shape.links_in_pod, say)
+            .await?;
         let started = backend
             .start_all(
                 &cluster,
@@ -595,9 +337,9 @@ impl KubernetesBackend {
                 &run_dir,
                 scenario,
                 specs,
-                &at,
-                member_image.as_deref(),
-                storage_image.as_deref(),
+                &placed.at,
+                images.member.as_deref(),
+                images.storage.as_deref(),
                 record,
                 say,
             )
@@ -615,7 +357,7 @@ impl KubernetesBackend {
         let workers_reach = (seen != clients || backend.seen(storage) != storage)
             .then(|| (clients.clone(), storage));
         let deployment = Deployment {
-            service: svc,
+            service: scenario.lock.service,
             clients: seen,
             storage: backend.seen(storage),
             workers_reach,
@@ -626,6 +368,69 @@ impl KubernetesBackend {
             access,
         };
         Ok((backend, deployment))
+    }
+
+    /// The backend of a run whose namespace was just created: nothing in it yet.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cluster: &connect::Cluster,
+        scenario: &Scenario,
+        (run_id, ns): (&str, &str),
+        own: Option<Box<dyn ContainerStorage>>,
+        run_dir: &Path,
+        external: Option<SocketAddr>,
+        placed: &start::Placed,
+        specs: &[MemberSpec],
+        clients: Vec<SocketAddr>,
+        docker: testcontainers::bollard::Docker,
+        worker_image: Option<String>,
+    ) -> KubernetesBackend {
+        KubernetesBackend {
+            client: cluster.client.clone(),
+            config: cluster.config.clone(),
+            pods: Api::namespaced(cluster.client.clone(), ns),
+            ns: ns.to_string(),
+            members: Vec::new(),
+            storage: None,
+            own,
+            node: cluster.node.clone(),
+            streams: cluster.streams.clone(),
+            run_dir: run_dir.to_path_buf(),
+            storage_addr: external,
+            peer_proxies: placed.proxies.iter().flatten().cloned().collect(),
+            clients,
+            clocks: specs
+                .iter()
+                .zip(&placed.at)
+                .map(|(spec, p)| {
+                    spec.clock_file
+                        .as_ref()
+                        .map(|f| PathBuf::from(p.config_file(f)))
+                })
+                .collect(),
+            paused: HashSet::new(),
+            logs: Vec::new(),
+            armed: true,
+            reaper: None,
+            docker,
+            run_id: run_id.to_string(),
+            worker_image,
+            pull_secret: None,
+            remote: cluster.remote.clone(),
+            links: None,
+            links_running_ms: None,
+            peer_links_count: placed.peer_pairs.iter().map(Vec::len).sum(),
+            node_ports_used: placed.node_ports_used.clone(),
+            follows: Vec::new(),
+            remote_workers: Vec::new(),
+            remote_events: Vec::new(),
+            node_clock: None,
+            worker_gate: None,
+            reach_asked: scenario.cluster.reach,
+            seen: Default::default(),
+            forwards: Default::default(),
+            reach: None,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -644,124 +449,31 @@ impl KubernetesBackend {
     ) -> Result<SocketAddr> {
         let svc = scenario.lock.service;
         let system = crate::systems::system(svc);
-        let short = system.member_name();
         let t0 = std::time::Instant::now();
         let ms = |t: std::time::Instant| t.duration_since(t0).as_millis() as u64;
         let mut pod_names = Vec::new();
         let mut created = Vec::new();
-        for (i, spec) in specs.iter().enumerate() {
-            let name = format!("{short}-{i}");
-            let mut program = vec![spec.program.display().to_string()];
-            program.extend(spec.args.iter().cloned());
-            // On a node without the run directory: the member's files in a
-            // ConfigMap, put in place by the agent before the start.
-            let files = match (&self.remote, placed.get(i)) {
-                (Some(_), Some(p)) => {
-                    let (dirs, files) = member_files(spec, p);
-                    let cm = format!("{name}-files");
-                    let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
-                    cms.create(
-                        &PostParams::default(),
-                        &pods::files_config_map(&cm, run_id, &dirs, &files),
-                    )
-                    .await
-                    .with_context(|| format!("create configmap {cm}"))?;
-                    Some(cm)
-                }
-                _ => None,
-            };
-            let pod = pods::pod(&pods::PodSpecIn {
-                name: name.clone(),
+        self.create_member_pods(
+            cluster,
+            run_id,
+            run_dir,
+            scenario,
+            &specs,
+            placed,
+            member_image,
+            (&mut pod_names, &mut created),
+        )
+        .await?;
+        let storage_addr = self
+            .create_storage_pod(
+                cluster,
                 run_id,
-                role: short,
-                node: &cluster.node,
-                image: member_image.context("no member image")?,
-                program,
-                env: spec.env.clone(),
                 run_dir,
-                remote: self.remote.is_some(),
-                files,
-                user: None,
-                host_files: Vec::new(),
-                pull_secret: self.pull_secret.as_deref(),
-                secret_env: Vec::new(),
-            });
-            let log = crate::record::rundir::member_log(run_dir, short, i);
-            self.members.push(PodProc {
-                pod: name.clone(),
-                what: format!("{svc} member {i}"),
-                log: log.clone(),
-                dead: false,
-            });
-            pod_names.push(name.clone());
-            created.push(std::time::Instant::now());
-            pods::create(&self.pods, &pod).await.with_context(|| {
-                format!("{svc} member {i} did not start; see {}", log.display())
-            })?;
-        }
-        let storage_addr = match storage_image {
-            None => self.storage_addr.context("no storage")?,
-            Some(image) => {
-                let addr = match &self.remote {
-                    None => SocketAddr::new(STORAGE_HOST.parse()?, free_port(STORAGE_HOST)?),
-                    Some(r) => SocketAddr::new(r.node_ip, node_ports(1)[0]),
-                };
-                let port = addr.port();
-                let (program, user, log, what, name) = match &self.own {
-                    None => {
-                        let mut program = vec!["/fencecheck-storage".to_string()];
-                        program.extend(super::process::storage_flags(scenario, addr, run_dir));
-                        let log = run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG);
-                        (program, None, log, "the storage", "storage".to_string())
-                    }
-                    Some(own) => {
-                        // Its image's entry point, on the host's network: its own
-                        // port on loopback, not the container's fixed one.
-                        let s = own.spec();
-                        let mut program: Vec<String> =
-                            s.program.iter().map(|a| a.to_string()).collect();
-                        program.extend(own_args(&s.args, addr.ip(), port));
-                        // The image's user (PostgreSQL refuses root).
-                        (
-                            program,
-                            Some((OWN_UID, OWN_UID)),
-                            run_dir.join(s.log),
-                            own.what(),
-                            own.name().to_string(),
-                        )
-                    }
-                };
-                let pod = pods::pod(&pods::PodSpecIn {
-                    name: name.clone(),
-                    run_id,
-                    role: "storage",
-                    node: &cluster.node,
-                    image,
-                    program,
-                    env: Vec::new(),
-                    run_dir,
-                    remote: self.remote.is_some(),
-                    files: None,
-                    user,
-                    host_files: Vec::new(),
-                    pull_secret: self.pull_secret.as_deref(),
-                    secret_env: Vec::new(),
-                });
-                self.storage = Some(PodProc {
-                    pod: name.clone(),
-                    what: what.into(),
-                    log: log.clone(),
-                    dead: false,
-                });
-                pod_names.push(name.clone());
-                created.push(std::time::Instant::now());
-                pods::create(&self.pods, &pod)
-                    .await
-                    .with_context(|| format!("the storage did not start; see {}", log.display()))?;
-                self.storage_addr = Some(addr);
-                addr
-            }
-        };
+                scenario,
+                storage_image,
+                (&mut pod_names, &mut created),
+            )
+            .await?;
         record.pods = pod_names.iter().map(String::as_str).collect();
         // Written now, and again with the timings once everything serves: a run
         // that fails to start still says what it created.
@@ -869,6 +581,150 @@ impl KubernetesBackend {
             let _ = std::fs::write(run_dir.join(RECORD), j + "\n");
         }
         Ok(storage_addr)
+    }
+
+    /// Creates each member's pod, without waiting: kubelet starts them together.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_member_pods(
+        &mut self,
+        cluster: &connect::Cluster,
+        run_id: &str,
+        run_dir: &Path,
+        scenario: &Scenario,
+        specs: &[MemberSpec],
+        placed: &[crate::systems::members::Placement],
+        member_image: Option<&str>,
+        (pod_names, created): (&mut Vec<String>, &mut Vec<std::time::Instant>),
+    ) -> Result<()> {
+        let svc = scenario.lock.service;
+        let short = crate::systems::system(svc).member_name();
+        for (i, spec) in specs.iter().enumerate() {
+            let name = format!("{short}-{i}");
+            let mut program = vec![spec.program.display().to_string()];
+            program.extend(spec.args.iter().cloned());
+            // On a node without the run directory: the member's files in a
+            // ConfigMap, put in place by the agent before the start.
+            let files = match (&self.remote, placed.get(i)) {
+                (Some(_), Some(p)) => {
+                    let (dirs, files) = member_files(spec, p);
+                    let cm = format!("{name}-files");
+                    let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+                    cms.create(
+                        &PostParams::default(),
+                        &pods::files_config_map(&cm, run_id, &dirs, &files),
+                    )
+                    .await
+                    .with_context(|| format!("create configmap {cm}"))?;
+                    Some(cm)
+                }
+                _ => None,
+            };
+            let pod = pods::pod(&pods::PodSpecIn {
+                name: name.clone(),
+                run_id,
+                role: short,
+                node: &cluster.node,
+                image: member_image.context("no member image")?,
+                program,
+                env: spec.env.clone(),
+                run_dir,
+                remote: self.remote.is_some(),
+                files,
+                user: None,
+                host_files: Vec::new(),
+                pull_secret: self.pull_secret.as_deref(),
+                secret_env: Vec::new(),
+            });
+            let log = crate::record::rundir::member_log(run_dir, short, i);
+            self.members.push(PodProc {
+                pod: name.clone(),
+                what: format!("{svc} member {i}"),
+                log: log.clone(),
+                dead: false,
+            });
+            pod_names.push(name.clone());
+            created.push(std::time::Instant::now());
+            pods::create(&self.pods, &pod).await.with_context(|| {
+                format!("{svc} member {i} did not start; see {}", log.display())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Creates the storage's pod (fencecheck's, or a resource's own server), if
+    /// the run has one of its own; returns where it listens.
+    async fn create_storage_pod(
+        &mut self,
+        cluster: &connect::Cluster,
+        run_id: &str,
+        run_dir: &Path,
+        scenario: &Scenario,
+        storage_image: Option<&str>,
+        (pod_names, created): (&mut Vec<String>, &mut Vec<std::time::Instant>),
+    ) -> Result<SocketAddr> {
+        Ok(match storage_image {
+            None => self.storage_addr.context("no storage")?,
+            Some(image) => {
+                let addr = match &self.remote {
+                    None => SocketAddr::new(STORAGE_HOST.parse()?, free_port(STORAGE_HOST)?),
+                    Some(r) => SocketAddr::new(r.node_ip, node_ports(1)[0]),
+                };
+                let port = addr.port();
+                let (program, user, log, what, name) = match &self.own {
+                    None => {
+                        let mut program = vec!["/fencecheck-storage".to_string()];
+                        program.extend(super::process::storage_flags(scenario, addr, run_dir));
+                        let log = run_dir.join(crate::record::rundir::STORAGE_PROCESS_LOG);
+                        (program, None, log, "the storage", "storage".to_string())
+                    }
+                    Some(own) => {
+                        // Its image's entry point, on the host's network: its own
+                        // port on loopback, not the container's fixed one.
+                        let s = own.spec();
+                        let mut program: Vec<String> =
+                            s.program.iter().map(|a| a.to_string()).collect();
+                        program.extend(own_args(&s.args, addr.ip(), port));
+                        // The image's user (PostgreSQL refuses root).
+                        (
+                            program,
+                            Some((OWN_UID, OWN_UID)),
+                            run_dir.join(s.log),
+                            own.what(),
+                            own.name().to_string(),
+                        )
+                    }
+                };
+                let pod = pods::pod(&pods::PodSpecIn {
+                    name: name.clone(),
+                    run_id,
+                    role: "storage",
+                    node: &cluster.node,
+                    image,
+                    program,
+                    env: Vec::new(),
+                    run_dir,
+                    remote: self.remote.is_some(),
+                    files: None,
+                    user,
+                    host_files: Vec::new(),
+                    pull_secret: self.pull_secret.as_deref(),
+                    secret_env: Vec::new(),
+                });
+                self.storage = Some(PodProc {
+                    pod: name.clone(),
+                    what: what.into(),
+                    log: log.clone(),
+                    dead: false,
+                });
+                pod_names.push(name.clone());
+                created.push(std::time::Instant::now());
+                pods::create(&self.pods, &pod)
+                    .await
+                    .with_context(|| format!("the storage did not start; see {}", log.display()))?;
+                self.storage_addr = Some(addr);
+                addr
+            }
+        })
     }
 
     /// Until the storage answers: fencecheck's on `/health`, a resource's own
