@@ -376,3 +376,59 @@ async fn worker(n: &Nemesis, id: u32) -> Result<Victim> {
         key: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::reported::Reported;
+    use super::Why;
+
+    /// Each way a holder search can come up empty says which it was.
+    #[test]
+    fn a_failed_holder_search_says_what_it_found() {
+        let none = Why {
+            service_answered: true,
+            ..Why::default()
+        };
+        assert_eq!(
+            none.reason(),
+            "no acquisition was reported and the service named no holder within 2s"
+        );
+        let down = Why {
+            service_error: Some("connection refused".into()),
+            ..Why::default()
+        };
+        assert!(
+            down.reason().contains("did not answer"),
+            "{}",
+            down.reason()
+        );
+        let r = Reported {
+            worker: 2,
+            key: "k0".into(),
+            entry: "lock:k0".into(),
+            value: Some("Zm9v".into()),
+            session: None,
+            grant: None,
+        };
+        let unseen = Why {
+            service_answered: true,
+            not_held: Some(r.clone()),
+            ..Why::default()
+        };
+        assert_eq!(
+            unseen.reason(),
+            "the holder's key `lock:k0` with value `Zm9v` (reported by worker 2) \
+             was not held at the service at any look within 2s"
+        );
+        let unsure = Why {
+            service_answered: true,
+            unconfirmable: Some(r),
+            ..Why::default()
+        };
+        assert!(
+            unsure.reason().contains("cannot confirm"),
+            "{}",
+            unsure.reason()
+        );
+    }
+}
