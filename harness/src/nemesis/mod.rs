@@ -16,6 +16,7 @@ pub mod kill;
 pub mod net;
 pub mod partition;
 pub mod pause;
+mod reported;
 pub mod schedule;
 pub mod session;
 mod target;
@@ -93,6 +94,9 @@ pub struct Nemesis {
     /// (by the fault's id): the worker and when its agent stopped it, until
     /// the fault is in place (`in_pod.rs`).
     held: Mutex<HashMap<u32, (u32, u64)>>,
+    /// The run directory (where `events` is): the workers' own event files,
+    /// read to find a holder the service's owners do not name (`target.rs`).
+    run_dir: std::path::PathBuf,
 }
 
 impl Nemesis {
@@ -106,6 +110,7 @@ impl Nemesis {
             aimed: Mutex::new(HashMap::new()),
             between: Mutex::new(Vec::new()),
             held: Mutex::new(HashMap::new()),
+            run_dir: events.parent().map(Path::to_path_buf).unwrap_or_default(),
         }))
     }
 

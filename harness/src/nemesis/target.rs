@@ -235,39 +235,120 @@ async fn leader(n: &Nemesis) -> Result<usize> {
     }
 }
 
+/// The holder of a lock now: one the service's own owner records name (etcd's
+/// owner keys, fencecheck's Redis owner values, ZooKeeper's owner nodes, the
+/// Lease's holder), else one a worker reported holding (its `acquire` answer's
+/// `entry` and `value`, [`super::reported`]) that the service confirms holding
+/// right now — a library with its own key names and random owner values has no
+/// owner record, and a client's word alone is never trusted.
 async fn holder(n: &Nemesis) -> Result<Victim> {
     // Between holds nobody holds the lock for a moment: poll briefly. A look-up
     // that fails (a leader election, a member being killed) is tried again within
     // the same window rather than dropping the planned fault: the soak saw most of
     // its uninjected faults fail that way.
     let end = tokio::time::Instant::now() + HOLDER_SEARCH;
+    let mut why = Why::default();
     loop {
-        let holders = match n.world.service.holders().await {
-            Ok(h) => h,
-            Err(e) if tokio::time::Instant::now() >= end => return Err(e),
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+        match n.world.service.holders().await {
+            Ok(holders) if !holders.is_empty() => {
+                let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
+                let h = holders.choose(&mut *rng).context("no holder")?;
+                return Ok(Victim {
+                    worker: h.worker,
+                    // The pid the harness started (or found) for that worker: the
+                    // one the worker registered with the service is its own view,
+                    // which in a pod is its PID namespace's, not this machine's.
+                    pid: n.world.workers.get(&h.worker).copied().unwrap_or(h.pid),
+                    lease: Some(h.session),
+                    revision: Some(h.grant),
+                    key: Some(h.key.clone()),
+                });
             }
-        };
-        if !holders.is_empty() {
-            let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
-            let h = holders.choose(&mut *rng).context("no holder")?;
-            return Ok(Victim {
-                worker: h.worker,
-                // The pid the harness started (or found) for that worker: the one
-                // the worker registered with the service is its own view, which
-                // in a pod is its PID namespace's, not this machine's.
-                pid: n.world.workers.get(&h.worker).copied().unwrap_or(h.pid),
-                lease: Some(h.session),
-                revision: Some(h.grant),
-                key: Some(h.key.clone()),
-            });
+            Ok(_) => why.service_answered = true,
+            Err(e) => why.service_error = Some(format!("{e:#}")),
+        }
+        if let Some(v) = confirmed_report(n, &mut why).await? {
+            return Ok(v);
         }
         if tokio::time::Instant::now() >= end {
-            bail!("no worker held a lock within {HOLDER_SEARCH:?}");
+            bail!("{}", why.reason());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A hold a worker reported that the service holds now, if any (chosen at
+/// random among several); what was found otherwise goes into `why`.
+async fn confirmed_report(n: &Nemesis, why: &mut Why) -> Result<Option<Victim>> {
+    let mut ids: Vec<u32> = n.world.workers.keys().copied().collect();
+    ids.sort_unstable();
+    let mut confirmed = Vec::new();
+    for r in super::reported::current(&n.run_dir, &ids) {
+        match n.world.service.holds(&r.entry, r.value.as_deref()).await {
+            Ok(Some(true)) => confirmed.push(r),
+            Ok(Some(false)) => why.not_held = Some(r),
+            Ok(None) => why.unconfirmable = Some(r),
+            Err(e) => why.service_error = Some(format!("{e:#}")),
+        }
+    }
+    let mut rng = n.rng.lock().map_err(|_| anyhow!("rng poisoned"))?;
+    let Some(r) = confirmed.choose(&mut *rng) else {
+        return Ok(None);
+    };
+    let Some(&pid) = n.world.workers.get(&r.worker) else {
+        return Ok(None);
+    };
+    Ok(Some(Victim {
+        worker: r.worker,
+        pid,
+        lease: r.session,
+        revision: r.grant,
+        key: Some(r.key.clone()),
+    }))
+}
+
+/// What the holder search found instead of a holder: its skip reason must say
+/// which it was.
+#[derive(Default)]
+struct Why {
+    /// The service answered at least once (naming no holder).
+    service_answered: bool,
+    service_error: Option<String>,
+    /// The last reported hold the service said it does not hold.
+    not_held: Option<super::reported::Reported>,
+    /// The last reported hold the service cannot confirm either way.
+    unconfirmable: Option<super::reported::Reported>,
+}
+
+impl Why {
+    fn reason(&self) -> String {
+        let within = format!("within {HOLDER_SEARCH:?}");
+        if !self.service_answered {
+            if let Some(e) = &self.service_error {
+                return format!("the service did not answer the holder look-up {within}: {e}");
+            }
+        }
+        let value = |r: &super::reported::Reported| {
+            r.value
+                .as_ref()
+                .map(|v| format!(" with value `{v}`"))
+                .unwrap_or_default()
+        };
+        if let Some(r) = &self.not_held {
+            return format!(
+                "the holder's key `{}`{} (reported by worker {}) was not held at the service at any look {within}",
+                r.entry,
+                value(r),
+                r.worker
+            );
+        }
+        if let Some(r) = &self.unconfirmable {
+            return format!(
+                "worker {} reported holding `{}`, which the service cannot confirm, and its owner records name no holder {within}",
+                r.worker, r.entry
+            );
+        }
+        format!("no acquisition was reported and the service named no holder {within}")
     }
 }
 
@@ -294,4 +375,60 @@ async fn worker(n: &Nemesis, id: u32) -> Result<Victim> {
         revision: None,
         key: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reported::Reported;
+    use super::Why;
+
+    /// Each way a holder search can come up empty says which it was.
+    #[test]
+    fn a_failed_holder_search_says_what_it_found() {
+        let none = Why {
+            service_answered: true,
+            ..Why::default()
+        };
+        assert_eq!(
+            none.reason(),
+            "no acquisition was reported and the service named no holder within 2s"
+        );
+        let down = Why {
+            service_error: Some("connection refused".into()),
+            ..Why::default()
+        };
+        assert!(
+            down.reason().contains("did not answer"),
+            "{}",
+            down.reason()
+        );
+        let r = Reported {
+            worker: 2,
+            key: "k0".into(),
+            entry: "lock:k0".into(),
+            value: Some("Zm9v".into()),
+            session: None,
+            grant: None,
+        };
+        let unseen = Why {
+            service_answered: true,
+            not_held: Some(r.clone()),
+            ..Why::default()
+        };
+        assert_eq!(
+            unseen.reason(),
+            "the holder's key `lock:k0` with value `Zm9v` (reported by worker 2) \
+             was not held at the service at any look within 2s"
+        );
+        let unsure = Why {
+            service_answered: true,
+            unconfirmable: Some(r),
+            ..Why::default()
+        };
+        assert!(
+            unsure.reason().contains("cannot confirm"),
+            "{}",
+            unsure.reason()
+        );
+    }
 }

@@ -10,6 +10,7 @@
 //! the system kind; everything else asks the [`System`] it returns.
 
 pub mod client;
+pub mod entry;
 pub mod etcd;
 pub mod external;
 pub mod kubernetes;

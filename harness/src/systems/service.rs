@@ -100,6 +100,13 @@ pub trait LockService: Send + Sync {
     async fn sessions(&self) -> Result<Vec<SessionOwner>>;
     /// The index of the member that leads now.
     async fn leader(&self) -> Result<usize>;
+    /// Whether the service holds the grant a client reported, now: its `entry`
+    /// (the key or znode the library wrote) exists, with `value` when given.
+    /// `None` when the service cannot tell (the default); the nemesis then does
+    /// not trust the report (`crate::nemesis::target`).
+    async fn holds(&self, _entry: &str, _value: Option<&str>) -> Result<Option<bool>> {
+        Ok(None)
+    }
     /// Ends a session at the service; returns what was done, for the record.
     async fn expire_session(&self, session: i64) -> Result<serde_json::Value>;
     /// Member `i`'s own wall clock now, in µs since the epoch, as the member says it

@@ -29,6 +29,7 @@ mod k8s_backend;
 mod k8s_cluster;
 mod k8s_reaper;
 mod kubernetes;
+mod libraries;
 mod postgres;
 mod redis_scenarios;
 mod resources;

@@ -64,16 +64,16 @@ fn parse_owner(v: &str) -> Option<(u32, u32)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
-/// The storage key a lock entry guards, wherever a library put it:
-/// `fencecheck/lock/<key>/<lease hex>` (etcd's Lock RPC, Go's
-/// `concurrency.Mutex`), `/locks/fencecheck/lock/<key>` (python-etcd3, which
-/// prefixes the name it is given and writes no lease suffix). Storage keys have
-/// no `/`.
+/// The storage key a lock entry guards, wherever a library put it
+/// ([`crate::systems::entry`]): `fencecheck/lock/<key>/<lease hex>` (etcd's Lock
+/// RPC, Go's `concurrency.Mutex`), `/locks/fencecheck/lock/<key>` (python-etcd3,
+/// which prefixes the name it is given), or a library's own name with the
+/// storage key as a segment (`/tooz/locks/k3`). Never the harness's owner keys.
 fn lock_of(etcd_key: &str) -> Option<&str> {
-    let at = etcd_key.find(LOCK_PREFIX)?;
-    let rest = &etcd_key[at + LOCK_PREFIX.len()..];
-    let key = rest.split('/').next().filter(|k| !k.is_empty())?;
-    Some(key)
+    if etcd_key.starts_with(OWNER_PREFIX) {
+        return None;
+    }
+    crate::systems::entry::storage_key(etcd_key, LOCK_PREFIX)
 }
 
 /// Lock entries live wherever the library writes them (python-etcd3 under
@@ -143,6 +143,18 @@ impl LockService for EtcdService {
             }
         }
         bail!("no etcd member reports itself leader")
+    }
+
+    async fn holds(&self, entry: &str, value: Option<&str>) -> Result<Option<bool>> {
+        let mut etcd = self.etcd.clone();
+        let resp = tokio::time::timeout(CALL, etcd.get(entry, None))
+            .await
+            .context("etcd did not answer the entry look-up")??;
+        Ok(Some(resp.kvs().iter().any(|kv| {
+            value.is_none_or(|v| {
+                entry_value(kv.value()).is_some_and(|o| o == v || hex(o.as_bytes()) == v)
+            })
+        })))
     }
 
     async fn expire_session(&self, session: i64) -> Result<serde_json::Value> {
@@ -228,6 +240,12 @@ fn entry_value(v: &[u8]) -> Option<String> {
     })
 }
 
+/// Lowercase hex of bytes: how a client sends a value that happens to be UTF-8
+/// when it sends raw bytes as hex (docs/client-protocol.md).
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn observation(
     now: u64,
     kind: EventType,
@@ -280,5 +298,8 @@ mod tests {
         assert_eq!(super::lock_of("/locks/fencecheck/lock/k3"), Some("k3"));
         assert_eq!(super::lock_of("fencecheck/owner/694d"), None);
         assert_eq!(super::lock_of("/locks/other"), None);
+        // A library's own prefix with another name given to it.
+        assert_eq!(super::lock_of("/tooz/locks/k3"), Some("k3"));
+        assert_eq!(super::lock_of("fencecheck/owner/k3"), None);
     }
 }

@@ -50,5 +50,34 @@ pub fn lock_key(name: &str) -> String {
     format!("{LOCK_PREFIX}{name}")
 }
 
+/// Whether a Redis key is the harness's own bookkeeping (the token counters,
+/// the channel), never a lock entry.
+pub fn harness_own(key: &str) -> bool {
+    key.starts_with(TOKEN_PREFIX) || key == EVENTS
+}
+
+/// The storage key a Redis key is the lock of, whatever the library named it
+/// (`fencecheck:lock:k0`, python-redis-lock's `lock:fencecheck:lock:k0`,
+/// `lock:k0`); `None` for the harness's own keys and keys that name no storage
+/// key ([`crate::systems::entry`]).
+pub fn lock_of(key: &str) -> Option<&str> {
+    if harness_own(key) {
+        return None;
+    }
+    crate::systems::entry::storage_key(key, LOCK_PREFIX)
+}
+
+/// A session for a grant whose owner value is not fencecheck's (a library's
+/// random id): one per (key, value), so the end of that hold (an expiry) ends
+/// its own session and no other. Stable (FNV-1a of both), positive, never 0.
+pub fn value_session(key: &str, value: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes().chain([0u8]).chain(value.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    ((h >> 1) as i64).max(1)
+}
+
 /// The owner value: a recorded format, so it lives with the observations.
 pub use crate::record::observe::OwnerValue as Owner;

@@ -20,7 +20,7 @@ mod feed;
 use crate::record::observe::ObservationWriter;
 use crate::scenario::ServiceKind;
 use crate::systems::redis::client as proto;
-use crate::systems::redis::keys::{self, Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::redis::keys::{self, Owner, EVENTS};
 use crate::systems::service::{Holder, LockService, SessionOwner};
 
 /// Bounds every call the harness makes to an instance.
@@ -112,7 +112,7 @@ impl RedisService {
         self.cons.lock().await[i] = None;
     }
 
-    /// Instance `i`'s lock keys and their owners now.
+    /// Instance `i`'s lock keys (as named in Redis) and their values now.
     async fn locks_on(&self, i: usize) -> Result<BTreeMap<String, String>> {
         let mut c = self.con(i).await?;
         let res = tokio::time::timeout(CALL, read_locks(&mut c)).await;
@@ -129,8 +129,8 @@ impl RedisService {
         }
     }
 
-    /// (lock name, owner) held on a majority of instances.
-    async fn held(&self) -> Result<Vec<(String, Owner)>> {
+    /// (lock key, value) on a majority of instances, each value once per key.
+    async fn on_majority(&self) -> Result<Vec<(String, String)>> {
         let mut count: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut errors = Vec::new();
         for i in 0..self.clients.len() {
@@ -149,26 +149,51 @@ impl RedisService {
         Ok(count
             .into_iter()
             .filter(|(_, n)| *n >= self.majority())
-            .filter_map(|((k, v), _)| Some((k, Owner::parse(&v)?)))
+            .map(|(kv, _)| kv)
+            .collect())
+    }
+
+    /// (lock key, owner) held on a majority of instances, for owners that are
+    /// fencecheck's (a library's own random value names no worker).
+    async fn held(&self) -> Result<Vec<(String, Owner)>> {
+        Ok(self
+            .on_majority()
+            .await?
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, Owner::parse(&v)?)))
             .collect())
     }
 }
 
-/// Every lock key and its value: `KEYS` is fine on a keyspace of a few keys.
+/// Every lock key (whatever the library named it, never the harness's own) and
+/// its value: `KEYS` is fine on a keyspace of a few keys. One script, so the
+/// keys and values are one moment's; only strings (python-redis-lock's
+/// `lock-signal:` keys are lists).
 async fn read_locks(c: &mut MultiplexedConnection) -> Result<BTreeMap<String, String>> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{LOCK_PREFIX}*"))
+    const READ_ALL: &str = r"
+local out = {}
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  if redis.call('TYPE', k).ok == 'string' then
+    out[#out + 1] = k
+    out[#out + 1] = redis.call('GET', k)
+  end
+end
+return out
+";
+    // Bytes: a library's value need not be UTF-8 (read lossily, it is still
+    // told apart), and one such value must not fail the whole read.
+    let flat: Vec<Vec<u8>> = redis::cmd("EVAL")
+        .arg(READ_ALL)
+        .arg(0)
         .query_async(c)
         .await
-        .context("KEYS")?;
-    let mut out = BTreeMap::new();
-    for k in keys {
-        let v: Option<String> = redis::cmd("GET").arg(&k).query_async(c).await?;
-        if let (Some(v), Some(name)) = (v, k.strip_prefix(LOCK_PREFIX)) {
-            out.insert(name.to_string(), v);
-        }
-    }
-    Ok(out)
+        .context("reading the lock keys")?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Ok(flat
+        .chunks_exact(2)
+        .map(|kv| (text(&kv[0]), text(&kv[1])))
+        .filter(|(k, _)| keys::lock_of(k).is_some())
+        .collect())
 }
 
 #[async_trait::async_trait]
@@ -182,14 +207,16 @@ impl LockService for RedisService {
             .held()
             .await?
             .into_iter()
-            .map(|(key, o)| Holder {
-                worker: o.worker,
-                pid: o.pid,
-                session: o.session,
-                // The harness numbers grants only in its observer; the nonce
-                // identifies this one.
-                grant: o.nonce,
-                key,
+            .filter_map(|(key, o)| {
+                Some(Holder {
+                    worker: o.worker,
+                    pid: o.pid,
+                    session: o.session,
+                    // The harness numbers grants only in its observer; the nonce
+                    // identifies this one.
+                    grant: o.nonce,
+                    key: keys::lock_of(&key)?.to_string(),
+                })
             })
             .collect())
     }
@@ -217,8 +244,7 @@ impl LockService for RedisService {
         let mut errors = Vec::new();
         for i in 0..self.clients.len() {
             let res = async {
-                let names = self.locks_on(i).await?;
-                let keys: Vec<String> = names.keys().map(|n| keys::lock_key(n)).collect();
+                let keys: Vec<String> = self.locks_on(i).await?.into_keys().collect();
                 if keys.is_empty() {
                     return Ok(0);
                 }
@@ -252,6 +278,19 @@ impl LockService for RedisService {
             "deleted_per_instance": deleted,
             "errors": errors,
         }))
+    }
+
+    async fn holds(&self, entry: &str, value: Option<&str>) -> Result<Option<bool>> {
+        let Some(value) = value else {
+            // A key with no value to compare says nothing of whose it is.
+            return Ok(None);
+        };
+        Ok(Some(
+            self.on_majority()
+                .await?
+                .iter()
+                .any(|(k, v)| k == entry && v == value),
+        ))
     }
 
     async fn member_time_us(&self, i: usize) -> Result<i64> {

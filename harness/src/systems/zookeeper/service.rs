@@ -4,7 +4,9 @@
 //! holds; its ephemeralOwner names the session, whose owner node names the
 //! worker), the leader from each member's `srvr`, `expire-session` by resuming the
 //! session from another connection and closing it (ZooKeeper's own tests' way),
-//! and the observer as a persistent recursive watch on `/fencecheck`.
+//! and the observer as a persistent recursive watch on the whole tree: a lock child
+//! is a sequential node under any path that names a storage key (a library's own
+//! lock path, [`split_lock_path`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -149,24 +151,34 @@ impl ZkService {
         Ok(out)
     }
 
-    /// Every lock node now: path → (key, czxid, session).
+    /// Every lock node now: path → (key, czxid, session), wherever a library
+    /// put its lock path: the whole tree is walked (it is a few nodes: the run
+    /// owns its ensemble), except ZooKeeper's own `/zookeeper` and the owners.
     async fn lock_nodes(&self, c: &zk::Client) -> Result<BTreeMap<String, LockNode>> {
         let mut out = BTreeMap::new();
-        let keys = match c.list_children(LOCKS).await {
-            Err(zk::Error::NoNode) => return Ok(out),
-            r => r.context("listing the locks")?,
-        };
-        for key in keys {
-            let dir = format!("{LOCKS}/{key}");
+        let mut dirs = vec!["/".to_string()];
+        while let Some(dir) = dirs.pop() {
             let children = match c.list_children(&dir).await {
                 Err(zk::Error::NoNode) => continue,
-                r => r.context("listing a lock's children")?,
+                r => r.context("listing the tree")?,
             };
             for child in children {
-                let path = format!("{dir}/{child}");
-                if let Some(stat) = c.check_stat(&path).await.context("reading a lock node")? {
-                    out.insert(path, LockNode::new(&key, &child, &stat));
+                let path = if dir == "/" {
+                    format!("/{child}")
+                } else {
+                    format!("{dir}/{child}")
+                };
+                if path == "/zookeeper" || path == OWNERS {
+                    continue;
                 }
+                if let Some((key, child)) = split_lock_path(&path) {
+                    if let Some(stat) = c.check_stat(&path).await.context("reading a lock node")? {
+                        out.insert(path.clone(), LockNode::new(key, child, &stat));
+                    }
+                    // A lock node has no children of its own.
+                    continue;
+                }
+                dirs.push(path);
             }
         }
         Ok(out)
@@ -258,10 +270,22 @@ fn sequence(child: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-/// `/fencecheck/locks/<key>/<child>` → (key, child).
+/// A lock node's path → (storage key, child): a child of
+/// `/fencecheck/locks/<key>` (the lock path the adapter is given, as a library
+/// uses it), or a sequential child (ZooKeeper's 10-digit suffix) of any other
+/// path that names a storage key ([`crate::systems::entry`]: a library's own
+/// lock path, `/tooz/locks/k0`). Never the owner nodes nor ZooKeeper's own.
 fn split_lock_path(path: &str) -> Option<(&str, &str)> {
-    let rest = path.strip_prefix(LOCKS)?.strip_prefix('/')?;
-    rest.split_once('/').filter(|(_, c)| !c.contains('/'))
+    if let Some(rest) = path.strip_prefix(LOCKS).and_then(|r| r.strip_prefix('/')) {
+        return rest.split_once('/').filter(|(_, c)| !c.contains('/'));
+    }
+    if path.starts_with(OWNERS) || path.starts_with("/zookeeper") {
+        return None;
+    }
+    let (parent, child) = path.rsplit_once('/')?;
+    sequence(child)?;
+    let key = crate::systems::entry::storage_key(parent, &format!("{LOCKS}/"))?;
+    Some((key, child))
 }
 
 #[async_trait::async_trait]
@@ -391,6 +415,25 @@ mod tests {
             super::tracked_sessions("This ZooKeeper instance is not currently serving"),
             None
         );
+    }
+
+    #[test]
+    fn lock_children_are_recognised_under_any_lock_path_naming_a_key() {
+        use super::split_lock_path as split;
+        let kazoo = "3f2a9b__lock__0000000007";
+        assert_eq!(
+            split(&format!("/fencecheck/locks/k3/{kazoo}")),
+            Some(("k3", kazoo))
+        );
+        assert_eq!(
+            split(&format!("/tooz/locks/fencecheck/locks/k3/{kazoo}")),
+            Some(("k3", kazoo))
+        );
+        assert_eq!(split(&format!("/tooz/k3/{kazoo}")), Some(("k3", kazoo)));
+        assert_eq!(split("/tooz/k3/not-sequential"), None);
+        assert_eq!(split(&format!("/tooz/other/{kazoo}")), None);
+        assert_eq!(split("/fencecheck/owners/1a2b"), None);
+        assert_eq!(split("/fencecheck/locks/k3"), None);
     }
 
     #[test]

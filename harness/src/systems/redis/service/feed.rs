@@ -1,14 +1,23 @@
 //! The observer: on every instance, a Pub/Sub subscription to the scripts' own
 //! announcements ([`EVENTS`]: granted, released, deleted — published inside the
 //! script that made the change, so in the instance's order of changes) and to
-//! Redis's expired-key events (`__keyevent@0__:expired`, on with
-//! `notify-keyspace-events Ex`). From them the observer keeps each instance's lock
-//! keys and their owners, and numbers the grants itself: a grant is **held** once
-//! the same owner has the key on a majority of instances (one instance on
-//! `redis`), and gets the next number at that moment — the harness's own order,
-//! which `check::resolve` hands to the checks. A hold ends when its owner drops
-//! below the majority: by a release (`Deleted`), or by an expiry, a deletion by
-//! the harness or a restart that lost the key (`Deleted` and `SessionEnded`).
+//! Redis's keyspace events for every key (`__keyevent@0__:set`, `del`,
+//! `expired`, on with `notify-keyspace-events E$gx`): a library announces
+//! nothing and names its keys as it likes (`lock:<name>` for python-redis-lock),
+//! so every `set` of a key that guards a storage key ([`keys::lock_of`]: not the
+//! harness's own) is followed by a read of its value, in the instance's order.
+//! From them the observer keeps each instance's lock keys and their values, and
+//! numbers the grants itself: a grant is **held** once the same value has the
+//! key on a majority of instances (one instance on `redis`), and gets the next
+//! number at that moment — the harness's own order, which `check::resolve`
+//! hands to the checks. A hold ends when its value drops below the majority: by
+//! a release (`Deleted`), or by an expiry, a deletion by the harness or a
+//! restart that lost the key (`Deleted` and `SessionEnded`).
+//!
+//! A creation is filed under the storage key its Redis key guards, with the
+//! value as its `id`; its session is the one fencecheck's owner value names, or
+//! for a library's own value (a random id) one of its own per key and value
+//! ([`keys::value_session`]), which that hold's end ends.
 //!
 //! Limits: an expiry is announced when Redis deletes the key (on access, or by its
 //! active expire cycle, 10 times a second), so shortly after the TTL; a key lost
@@ -28,7 +37,7 @@ use super::read_locks;
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
 use crate::systems::redis::client as proto;
-use crate::systems::redis::keys::{Owner, EVENTS, LOCK_PREFIX};
+use crate::systems::redis::keys::{self, Owner, EVENTS};
 
 const EXPIRED: &str = "__keyevent@0__:expired";
 /// How long one attempt to subscribe and read the keys may take (a few ms when the
@@ -40,8 +49,9 @@ const SETUP: Duration = Duration::from_millis(250);
 /// Between attempts: short, so the observer is back before the workers are.
 const RETRY: Duration = Duration::from_millis(20);
 /// Every SET and DEL (`notify-keyspace-events E$gx`): an external client's
-/// library (redis-py) announces nothing, so its grants are seen as the SET of a
-/// lock key (its owner value read right after) and its releases as the DEL.
+/// library (redis-py, python-redis-lock) announces nothing, so its grants are
+/// seen as the SET of a lock key (its value read right after) and its releases
+/// as the DEL.
 const SET: &str = "__keyevent@0__:set";
 const DEL: &str = "__keyevent@0__:del";
 
@@ -55,11 +65,11 @@ enum Cause {
 
 struct State {
     majority: usize,
-    /// Per instance: lock name → owner value.
+    /// Per instance: lock key (the Redis key, as the library named it) → value.
     per: Vec<BTreeMap<String, String>>,
-    /// (name, owner) held now → its grant number.
+    /// (key, value) held now → its grant number.
     held: HashMap<(String, String), i64>,
-    /// (name, owner) whose hold has ended: owners are unique per acquisition, so
+    /// (key, value) whose hold has ended: values are unique per acquisition, so
     /// one that ended never holds again.
     ended: HashSet<(String, String)>,
     next: i64,
@@ -67,19 +77,19 @@ struct State {
 }
 
 impl State {
-    fn apply(&mut self, i: usize, name: &str, new: Option<&str>, cause: Cause) {
+    fn apply(&mut self, i: usize, key: &str, new: Option<&str>, cause: Cause) {
         let old = match new {
-            Some(v) => self.per[i].insert(name.to_string(), v.to_string()),
-            None => self.per[i].remove(name),
+            Some(v) => self.per[i].insert(key.to_string(), v.to_string()),
+            None => self.per[i].remove(key),
         };
         if old.as_deref() == new {
             return;
         }
         if let Some(o) = old {
-            self.recount(name, &o, cause);
+            self.recount(key, &o, cause);
         }
         if let Some(n) = new {
-            self.recount(name, n, cause);
+            self.recount(key, n, cause);
         }
     }
 
@@ -88,7 +98,8 @@ impl State {
     /// external client announces nothing); the read's answer comes back as a
     /// `read` announcement in this same stream (see [`read_in_order`]).
     fn on_message(&mut self, i: usize, channel: &str, payload: &str) -> Option<String> {
-        let name = |key: &str| key.strip_prefix(LOCK_PREFIX).map(str::to_string);
+        // Only keys that guard a storage key: never the harness's own counters.
+        let name = |key: &str| keys::lock_of(key).map(|_| key.to_string());
         match channel {
             EXPIRED => {
                 let n = name(payload)?;
@@ -124,15 +135,18 @@ impl State {
         }
     }
 
-    fn recount(&mut self, name: &str, owner: &str, cause: Cause) {
+    fn recount(&mut self, key: &str, owner: &str, cause: Cause) {
         let count = self
             .per
             .iter()
-            .filter(|m| m.get(name).map(String::as_str) == Some(owner))
+            .filter(|m| m.get(key).map(String::as_str) == Some(owner))
             .count();
-        let id = (name.to_string(), owner.to_string());
+        let Some(name) = keys::lock_of(key).map(str::to_string) else {
+            return;
+        };
+        let id = (key.to_string(), owner.to_string());
         let o = Owner::parse(owner);
-        let session = o.map(|o| o.session).unwrap_or(0);
+        let session = o.map_or_else(|| keys::value_session(key, owner), |o| o.session);
         if count >= self.majority {
             if self.held.contains_key(&id) || self.ended.contains(&id) {
                 return;
@@ -141,7 +155,7 @@ impl State {
             self.held.insert(id, self.next);
             self.out.write(&Observation::Created {
                 time_ns: monotonic_ns(),
-                key: name.to_string(),
+                key: name,
                 grant: self.next,
                 session,
                 id: owner.to_string(),
@@ -156,7 +170,7 @@ impl State {
         let now = monotonic_ns();
         self.out.write(&Observation::Deleted {
             time_ns: now,
-            key: name.to_string(),
+            key: name,
             grant,
             session,
             id: owner.to_string(),
@@ -199,7 +213,10 @@ pub async fn observe(
 /// still queued, and applied before them, an older owner announced after it
 /// would replace the newer one and end its hold for a moment.
 async fn read_in_order(c: &mut redis::aio::MultiplexedConnection, key: &str) -> Result<()> {
-    const READ: &str = "local v = redis.call('GET', KEYS[1]) \
+    // Only a string: a SET may be followed by a command that made the key a
+    // list before this read (GET of a list is an error).
+    const READ: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end \
+        local v = redis.call('GET', KEYS[1]) \
         if v then redis.call('PUBLISH', ARGV[1], 'read ' .. KEYS[1] .. ' ' .. v) end \
         return 1";
     tokio::time::timeout(
@@ -421,5 +438,52 @@ mod tests {
             [400],
             "only b's hold ended without a release: {obs:?}"
         );
+    }
+
+    /// A library's own key (`lock:<name>`) and random value: seen through the
+    /// reads, filed under the storage key it guards, with a session of its own
+    /// that its expiry ends; its signal list and the harness's counters are not
+    /// lock keys.
+    #[test]
+    fn a_librarys_own_key_and_value_are_observed() {
+        let key = "lock:fencecheck:lock:k0";
+        let (a, b) = ("rrx8ON+6hGekFB7oKUQxv16K", "Zm9vYmFyYmF6cXV4cXV1eDEy");
+        let read = |i: usize, v: &str| (i, EVENTS, format!("read {key} {v}"));
+        let (ra0, ra1, rb0, rb1) = (read(0, a), read(1, a), read(0, b), read(1, b));
+        let (reads, obs) = feed(&[
+            (0, SET, key),
+            (ra0.0, ra0.1, &ra0.2),
+            (1, SET, key),
+            (ra1.0, ra1.1, &ra1.2),
+            (0, SET, "fencecheck:token:k0"),
+            (0, EXPIRED, "lock-signal:fencecheck:lock:k0"),
+            (0, EXPIRED, key),
+            (1, EXPIRED, key),
+            (0, SET, key),
+            (rb0.0, rb0.1, &rb0.2),
+            (1, SET, key),
+            (rb1.0, rb1.1, &rb1.2),
+            (0, DEL, key),
+        ]);
+        assert_eq!(reads, [key, key, key, key], "no read of the counter");
+        assert_eq!(ids(&obs, true), [a, b], "{obs:?}");
+        assert_eq!(ids(&obs, false), [a, b], "{obs:?}");
+        let (mut created, mut ended) = (Vec::new(), Vec::new());
+        for o in &obs {
+            match o {
+                Observation::Created { key, session, .. } => {
+                    assert_eq!(key, "k0");
+                    created.push(*session);
+                }
+                Observation::SessionEnded { session, .. } => ended.push(*session),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            created,
+            [keys::value_session(key, a), keys::value_session(key, b)]
+        );
+        assert_ne!(created[0], created[1]);
+        assert_eq!(ended, [created[0]], "a's expiry ends a's session only");
     }
 }

@@ -31,7 +31,8 @@ use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
 use crate::systems::zookeeper::keys::{owner_session, parse_owner, LOCKS, OWNERS};
 
-const ROOT: &str = "/fencecheck";
+/// The whole tree: a library's lock path may be anywhere ([`split_lock_path`]).
+const ROOT: &str = "/";
 
 /// What the observer knows of the tree.
 #[derive(Default)]
