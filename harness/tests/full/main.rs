@@ -30,6 +30,7 @@ mod k8s_cluster;
 mod k8s_reaper;
 mod kubernetes;
 mod postgres;
+mod prereq;
 mod redis_scenarios;
 mod resources;
 mod seams;
