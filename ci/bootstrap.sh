@@ -48,6 +48,7 @@ all_clients() {
   for setup in "$ROOT"/clients/*/setup.sh; do
     [ -f "$setup" ] && basename "$(dirname "$setup")"
   done
+  return 0
 }
 # What an adapter's setup.sh needs done before it: go-leaderelection builds against the
 # Kubernetes tree ci/kubernetes.sh unpacks, with Debian's Go; Curator's checks want
