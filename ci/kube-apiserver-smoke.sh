@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves kube-apiserver 1.20.2 (built by ci/kubernetes.sh) runs over fencecheck's etcd
-# 3.4.23 (Debian's /usr/bin/etcd, installed by ci/bootstrap.sh) with the flags the
+# 3.4.23 (Debian's /usr/bin/etcd, installed by ci/bootstrap.sh --system etcd) with the flags the
 # `kubernetes` lock system will use: etcd on a free loopback port, per-run TLS (a CA and
 # the serving cert it signs for IP:127.0.0.1), a static token in group system:masters, a
 # service-account key; then waits for /readyz (polled, with a deadline), creates a Lease
@@ -23,7 +23,7 @@ ETCD=/usr/bin/etcd
 READY_DEADLINE_S="${READY_DEADLINE_S:-60}"
 
 [ -x "$APISERVER" ] || die "$APISERVER missing: run ci/kubernetes.sh"
-[ -x "$ETCD" ] || die "$ETCD missing: run ci/bootstrap.sh (Debian's etcd-server 3.4)"
+[ -x "$ETCD" ] || die "$ETCD missing: run ci/bootstrap.sh --system etcd (Debian's etcd-server 3.4)"
 for t in openssl curl python3; do
   command -v "$t" >/dev/null 2>&1 || die "$t missing"
 done

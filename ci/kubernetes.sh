@@ -14,7 +14,8 @@
 #                                     static), packaged FROM scratch by the harness
 # ($CACHE = ~/.cache/fencecheck unless FENCECHECK_CACHE or XDG_CACHE_HOME say otherwise.)
 #
-# How it is used: sourced by ci/bootstrap.sh after the other services and before
+# How it is used: sourced by `ci/bootstrap.sh --system kubernetes` (and `--all`, and
+# `--client go-leaderelection`) after the other services and before
 # clients/*/setup.sh (kube-apiserver alone: 305-444 s on a fresh 2-core machine, 2026-12-02;
 # kubelet alone after it 395 s, both in one make 313 s, 2026-12-04), or run on its own
 # (`bash ci/kubernetes.sh`). Sourced, it uses bootstrap's

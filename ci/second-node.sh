@@ -100,8 +100,8 @@ service_routed() {
 
 up() {
 	[ "$(id -u)" = 0 ] || die "must run as root (a network namespace, a Docker engine)"
-	[ -x "$KUBELET" ] || die "kubelet is not built ($KUBELET): run ci/bootstrap.sh"
-	[ -x "$PROXY" ] || die "kube-proxy is not built ($PROXY): run ci/bootstrap.sh"
+	[ -x "$KUBELET" ] || die "kubelet is not built ($KUBELET): run ci/bootstrap.sh --system kubernetes"
+	[ -x "$PROXY" ] || die "kube-proxy is not built ($PROXY): run ci/bootstrap.sh --system kubernetes"
 	cluster_facts
 	[ ! -e "$STATE" ] || die "already up ($STATE exists): ci/second-node.sh down first"
 	local pause

@@ -17,6 +17,7 @@ pub mod links;
 pub mod nemesis;
 pub mod output;
 pub mod plan;
+pub mod prereq;
 pub mod proc;
 pub mod record;
 pub mod resources;

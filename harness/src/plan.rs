@@ -43,17 +43,29 @@ pub fn available(
     }
 }
 
-/// Reads a scenario file and checks it against the backend it names.
+/// Reads a scenario file and checks it against the backend it names: the file
+/// alone (`validate`), not what this machine has installed.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-    load_for(path, None)
+    let s = Scenario::load(path)?;
+    check(&s, s.cluster.backend)?;
+    Ok(s)
 }
 
-/// Reads a scenario file and checks it against `backend` (`--backend`) or, when
-/// none is given, the backend it names: a scenario that needs the kubernetes
-/// backend runs with `--backend kubernetes` whatever its file says.
+/// Reads a scenario file to run it and checks it against `backend` (`--backend`)
+/// or, when none is given, the backend it names (a scenario that needs the
+/// kubernetes backend runs with `--backend kubernetes` whatever its file says),
+/// then that what it needs is installed here (`prereq`).
 pub fn load_for(path: &Path, backend: Option<BackendKind>) -> Result<Scenario, ScenarioError> {
-    let s = Scenario::load(path)?;
+    // A shipped adapter not built yet fails the load (its command does not
+    // exist); the command that builds it says more.
+    let s = Scenario::load(path).map_err(|e| {
+        let recorded = Scenario::load_recorded(path).ok();
+        recorded
+            .and_then(|r| crate::prereq::check(&r).err())
+            .unwrap_or(e)
+    })?;
     check(&s, backend.unwrap_or(s.cluster.backend))?;
+    crate::prereq::check(&s)?;
     Ok(s)
 }
 

@@ -31,6 +31,7 @@ mod k8s_reaper;
 mod kubernetes;
 mod libraries;
 mod postgres;
+mod prereq;
 mod redis_scenarios;
 mod resources;
 mod seams;
