@@ -407,7 +407,7 @@ fn worker_clocks(run: &Run<'_>) -> Result<HashMap<u32, PathBuf>> {
     let shim = crate::clockshim::path();
     anyhow::ensure!(
         shim.is_file(),
-        "clock-jump of a worker needs clockshim at {}: run ci/bootstrap.sh (it builds \
+        "clock-jump of a worker needs clockshim at {}: run ci/bootstrap.sh --fault clock-jump (it builds \
          clockshim/clockshim.c with cc)",
         shim.display()
     );

@@ -42,7 +42,7 @@ fn element<'a>(dom: &'a str, marker: &str) -> &'a str {
 fn no_fencing_report_renders_in_chromium_with_every_section() {
     assert!(
         Command::new("chromium").arg("--version").output().is_ok(),
-        "chromium is not installed: run ci/bootstrap.sh (it installs Debian's chromium)"
+        "chromium is not installed: run ci/bootstrap.sh --tests (it installs Debian's chromium)"
     );
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("run");

@@ -57,7 +57,7 @@ pub async fn up(dir: &Path, say: &dyn Fn(&str)) -> Result<Up> {
     for (what, p) in [("kubelet", &kubelet_bin), ("the pause binary", &pause_bin)] {
         anyhow::ensure!(
             p.is_file(),
-            "{what} is not built here ({} missing): run ci/bootstrap.sh (ci/kubernetes.sh \
+            "{what} is not built here ({} missing): run ci/bootstrap.sh --system kubernetes (ci/kubernetes.sh \
              builds kubelet 1.20.2 and pause from Debian's kubernetes source package)",
             p.display()
         );

@@ -220,7 +220,7 @@ impl Registry {
         let bin = Path::new("/usr/bin/docker-registry");
         assert!(
             bin.exists(),
-            "{} missing: run ci/bootstrap.sh",
+            "{} missing: run ci/bootstrap.sh --tests",
             bin.display()
         );
         let port = std::net::TcpListener::bind((host, 0))

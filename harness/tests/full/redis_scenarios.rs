@@ -301,7 +301,11 @@ fn redlock_owner_value_is_not_an_order() {
 #[test]
 fn clockshim_steps_a_redis_clock_and_expires_keys_early() {
     let shim = fencecheck::clockshim::path();
-    assert!(shim.is_file(), "no {}: run ci/bootstrap.sh", shim.display());
+    assert!(
+        shim.is_file(),
+        "no {}: run ci/bootstrap.sh --fault clock-jump",
+        shim.display()
+    );
     let dir = tempfile::tempdir().expect("tmp");
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "0\n").expect("offset");

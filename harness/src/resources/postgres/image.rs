@@ -60,7 +60,7 @@ pub fn version() -> Result<String> {
     if !postgres.exists() {
         bail!(
             "the PostgreSQL image needs PostgreSQL 15 at {}; install postgresql-15 \
-             (ci/bootstrap.sh does)",
+             (ci/bootstrap.sh --system postgres does)",
             postgres.display()
         );
     }

@@ -57,7 +57,7 @@ pub struct PgServer {
 fn postgres_user() -> Result<(nix::unistd::Uid, nix::unistd::Gid)> {
     let u = nix::unistd::User::from_name("postgres")
         .context("looking up the postgres user")?
-        .context("no `postgres` user: install postgresql-15 (ci/bootstrap.sh)")?;
+        .context("no `postgres` user: install postgresql-15 (ci/bootstrap.sh --system postgres)")?;
     Ok((u.uid, u.gid))
 }
 
@@ -76,7 +76,7 @@ impl PgServer {
         if !postgres.exists() {
             bail!(
                 "storage.kind = \"postgres\" needs PostgreSQL 15 at {}; install postgresql-15 \
-                 (ci/bootstrap.sh does)",
+                 (ci/bootstrap.sh --system postgres does)",
                 postgres.display()
             );
         }

@@ -113,7 +113,7 @@ impl KubeDeploy {
         let apiserver = apiserver_path();
         anyhow::ensure!(
             apiserver.is_file(),
-            "kube-apiserver {VERSION} is not built here ({} missing): run ci/bootstrap.sh \
+            "kube-apiserver {VERSION} is not built here ({} missing): run ci/bootstrap.sh --system kubernetes \
              (it builds it from Debian's kubernetes source package, ~6 min)",
             apiserver.display()
         );

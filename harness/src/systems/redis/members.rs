@@ -37,7 +37,7 @@ impl RedisDeploy {
     /// its version.
     pub fn find(say: &dyn Fn(&str)) -> Result<RedisDeploy> {
         if !Path::new(REDIS_SERVER).exists() {
-            bail!("no {REDIS_SERVER}: run ci/bootstrap.sh (apt-get install redis-server)");
+            bail!("no {REDIS_SERVER}: run ci/bootstrap.sh --system redis (apt-get install redis-server)");
         }
         let out = std::process::Command::new(REDIS_SERVER)
             .arg("--version")
@@ -68,7 +68,7 @@ impl RedisDeploy {
             let shim = clockshim_path();
             if !shim.is_file() {
                 bail!(
-                    "clock-jump needs clockshim at {}: run ci/bootstrap.sh (it builds \
+                    "clock-jump needs clockshim at {}: run ci/bootstrap.sh --fault clock-jump (it builds \
                      clockshim/clockshim.c with cc)",
                     shim.display()
                 );

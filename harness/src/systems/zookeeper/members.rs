@@ -74,13 +74,15 @@ impl ZkDeploy {
     pub fn find(say: &dyn Fn(&str)) -> Result<ZkDeploy> {
         let java = PathBuf::from("/usr/bin/java");
         if !java.exists() {
-            bail!("no /usr/bin/java: run ci/bootstrap.sh (Debian's zookeeper and JRE 17)");
+            bail!("no /usr/bin/java: run ci/bootstrap.sh --system zookeeper (Debian's zookeeper and JRE 17)");
         }
         // The launcher at its real path: that is where the image has it.
         let java = std::fs::canonicalize(&java)
             .with_context(|| format!("cannot resolve {}", java.display()))?;
         if !Path::new(ZK_JAR).exists() {
-            bail!("no {ZK_JAR}: run ci/bootstrap.sh (apt-get install zookeeper)");
+            bail!(
+                "no {ZK_JAR}: run ci/bootstrap.sh --system zookeeper (apt-get install zookeeper)"
+            );
         }
         let mut classpath = ZK_JAR.to_string();
         if Path::new(SLF4J_SIMPLE).exists() {
