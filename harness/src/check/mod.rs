@@ -3,6 +3,8 @@
 //! construction.
 
 pub mod counter;
+pub mod coverage;
+pub mod exclusion;
 pub mod faults;
 pub mod fencing;
 pub mod findings;
@@ -134,6 +136,7 @@ pub fn run_all(
         linearizable: Some(linearizable::check(rec, storage_fencing)),
         token: Some(token::check(rec)),
         judged_from,
+        exclusion: exclusion::check(rec),
     }
 }
 
