@@ -409,6 +409,34 @@ fn python_etcd3_with() {
     assert!(r.findings.grant_validity.grants <= x.matched, "{x:?}");
     // Each phantom names the adapter's own uuid, never another worker's grant.
     assert!(x.phantoms.iter().all(|p| p.value.is_some()), "{x:?}");
+    // Without the optional `value`, the same entry's last creation would be
+    // another worker's grant: it stays that worker's, and the verdict is the same.
+    let dir = copy_fixture("python-etcd3-with");
+    for w in 0..8 {
+        let path = dir.path().join(format!("worker-{w}.jsonl"));
+        let text = std::fs::read_to_string(&path).expect("worker events");
+        let stripped: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).expect("event");
+                if let Some(c) = v
+                    .pointer_mut("/detail/client")
+                    .and_then(|c| c.as_object_mut())
+                {
+                    c.remove("value");
+                }
+                v.to_string()
+            })
+            .collect();
+        std::fs::write(&path, stripped.join("\n") + "\n").expect("write events");
+    }
+    let fresh = check(dir.path());
+    let y = fresh.checks.exclusion.as_ref().expect("exclusion");
+    assert_eq!((y.phantom, y.matched), (x.phantom, x.matched), "{y:?}");
+    assert_eq!(
+        fresh.findings.grant_validity.grants,
+        r.findings.grant_validity.grants
+    );
 }
 
 /// An adapter that exits before its hello: never PASS; INCONCLUSIVE quoting its
