@@ -304,6 +304,17 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             let _ = writeln!(s, "  {:<13} {:<8} {text}", "post-loss", "finding");
         }
     }
+    if f.observed {
+        let l = &f.liveness;
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} waits left waiting ≥ {} s while the lock was free at the service",
+            "liveness",
+            "finding",
+            l.stuck_waits,
+            l.threshold_ms / 1000
+        );
+    }
     // The one-line reason for every count marked as a lower bound.
     let mut reasons: Vec<&str> = Vec::new();
     for why in [

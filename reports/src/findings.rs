@@ -19,6 +19,10 @@ pub struct Findings {
     pub observation_gaps: u64,
     pub grant_validity: GrantValidity,
     pub unsafe_window: UnsafeWindow,
+    /// Waiters left waiting while the lock was free (absent in reports written
+    /// before it was judged).
+    #[serde(default)]
+    pub liveness: Liveness,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -262,4 +266,29 @@ pub struct UnexplainedOverlap {
     pub b_session: i64,
     pub start_ns: u64,
     pub end_ns: u64,
+}
+
+/// Liveness: a waiter left waiting while the lock was free at the service (a
+/// waiter never woken, a lock stuck after a reconnect or a cancelled release).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Liveness {
+    /// How long the lock must have been free, with a worker waiting all along,
+    /// to count (milliseconds).
+    pub threshold_ms: u64,
+    /// Such waits: the worker was neither paused nor cut off meanwhile.
+    pub stuck_waits: u64,
+    /// Up to 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<StuckWait>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StuckWait {
+    pub worker: u32,
+    pub key: String,
+    /// When the worker began waiting (its `acquire` invoke).
+    pub waiting_since_ns: u64,
+    /// The stretch the lock was free at the service while it waited.
+    pub free_from_ns: u64,
+    pub free_to_ns: u64,
 }

@@ -13,8 +13,8 @@ pub mod findings;
 pub mod html;
 pub mod timeline;
 pub use findings::{
-    ExclusionCheck, Findings, GrantValidity, LateGrant, OpCounts, PhantomGrant, PostLoss,
-    TokenCheck, TokenPair, UnexplainedOverlap, UnsafeHold, UnsafeWindow,
+    ExclusionCheck, Findings, GrantValidity, LateGrant, Liveness, OpCounts, PhantomGrant, PostLoss,
+    StuckWait, TokenCheck, TokenPair, UnexplainedOverlap, UnsafeHold, UnsafeWindow,
 };
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};

@@ -51,6 +51,7 @@ pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
             .count() as u64,
         grant_validity: grant_validity(rec, &ended, &sessions, &not_grants),
         unsafe_window: unsafe_window(rec, &ended, &sessions, &not_grants, storage_log),
+        liveness: super::liveness::check(rec),
     }
 }
 
@@ -164,7 +165,7 @@ fn grant_validity(
 /// Was `worker` itself paused or cut off (a `pause` or `partition` whose
 /// recorded detail names it) at some time in `[from, to]`? A grant it was told
 /// then may arrive late through the fault alone.
-fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
+pub(super) fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
     fn names(v: &serde_json::Value, w: u32) -> bool {
         match v {
             serde_json::Value::Object(m) => {

@@ -9,6 +9,7 @@ pub mod faults;
 pub mod fencing;
 pub mod findings;
 pub mod linearizable;
+pub mod liveness;
 pub mod mutex;
 pub mod observed;
 pub mod resolve;

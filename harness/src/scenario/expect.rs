@@ -190,6 +190,10 @@ pub struct Expect {
     /// with one is INCONCLUSIVE (it did not test what it planned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults_skipped: Option<Count>,
+    /// Waiters left waiting ≥ 10 s while the lock was free at the service
+    /// (`findings.liveness`); judged only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck_waits: Option<Count>,
     /// Injected faults whose effect was looked for and not seen; unset means
     /// none may be (INCONCLUSIVE otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -212,6 +216,7 @@ impl Default for Expect {
             late_grants_caught: None,
             exclusion_violations: None,
             faults_skipped: None,
+            stuck_waits: None,
             faults_unconfirmed: None,
         }
     }
@@ -280,6 +285,7 @@ impl Expect {
             ("late_grants", self.late_grants),
             ("late_grants_caught", self.late_grants_caught),
             ("exclusion_violations", self.exclusion_violations),
+            ("stuck_waits", self.stuck_waits),
         ];
         let mut out: Vec<String> = counts
             .into_iter()
@@ -422,6 +428,13 @@ impl Expect {
                 self.late_grants_caught,
                 false,
                 g.caught_by_client,
+            );
+            count(
+                &mut out,
+                "stuck_waits",
+                self.stuck_waits,
+                false,
+                findings.liveness.stuck_waits,
             );
         }
         if let Some(x) = &checks.exclusion {
