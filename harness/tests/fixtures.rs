@@ -385,6 +385,15 @@ fn unobserved_grants() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("writes unjudged (lower bound)"), "{stdout}");
     assert!(stdout.contains("INCONCLUSIVE: "), "{stdout}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(
+        html.contains("id=\"coverage\""),
+        "no coverage box in report.html"
+    );
+    assert!(
+        html.contains("75 writes unjudged"),
+        "no unjudged line in report.html"
+    );
 }
 
 /// python-etcd3 0.12.0's `with client.lock()` (kragniz/python-etcd3#599): bodies
@@ -431,6 +440,11 @@ fn python_etcd3_with() {
         std::fs::write(&path, stripped.join("\n") + "\n").expect("write events");
     }
     let fresh = check(dir.path());
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(
+        html.contains("id=\"check-exclusion\"") && html.contains("Phantom grants ("),
+        "report.html has no exclusion section with its phantom grants"
+    );
     let y = fresh.checks.exclusion.as_ref().expect("exclusion");
     assert_eq!((y.phantom, y.matched), (x.phantom, x.matched), "{y:?}");
     assert_eq!(
