@@ -20,10 +20,12 @@ for form in with checked; do
     "$bin" scenario "$root/scenarios/clients/python-etcd3-$form.toml" --backend process \
       --seed "$seed" --quiet --out "$out" >/dev/null 2>"$work/stderr"
     rc=$?
+    # `|`-separated: an empty field (nothing unmet) must stay a field, which
+    # whitespace separators (tabs) would fold away.
     line="$(jq -r '[(.expectations | map(select(.met | not) | .name) | join(",")),
-      (.checks.exclusion.phantom // 0), (.checks.exclusion.acquisitions // 0),
-      (.inconclusive // "")] | @tsv' "$out/report.json" 2>/dev/null)"
-    IFS=$'\t' read -r unmet phantom acq inconclusive <<<"$line"
+      (.checks.exclusion.phantom // 0 | tostring), (.checks.exclusion.acquisitions // 0 | tostring),
+      (.inconclusive // "")] | join("|")' "$out/report.json" 2>/dev/null)"
+    IFS='|' read -r unmet phantom acq inconclusive <<<"$line"
     case "$form" in
       with) [ "$rc" = 1 ] && [ "$unmet" = exclusion_violations ] && [ "${phantom:-0}" -gt 0 ] && hits=$((hits + 1)) ;;
       checked) [ "$rc" = 0 ] && hits=$((hits + 1)) ;;
