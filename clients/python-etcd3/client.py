@@ -16,6 +16,20 @@ What the library does, read from etcd3/locks.py, and so what this adapter report
   a user with work longer than the TTL must. A refresh that finds the lease gone is
   only logged: the library has no way to tell its user that the lock was lost, so
   no `session-lost` is ever sent.
+
+How the lock is taken, `--form` (one adapter, three usages of the same library):
+- `wait` (the default): `lock.acquire(timeout=None)`, looped around Debian's
+  tenacity 8 (see `wait_for`): waits as long as it takes.
+- `checked`: `if not lock.acquire(): fail` — the library's default 10 s timeout,
+  its result checked, as a careful user does. Run under PyPI's etcd3 0.12.0
+  (`./pypi`, the venv setup.sh makes), whose pinned tenacity 6.1.0 it works with.
+- `with`: `with client.lock(name, ttl=...):` as the library's README shows it,
+  entered here (`__enter__`) on `acquire` and left (`__exit__`) on `release`.
+  0.12.0's `__enter__` ignores what `acquire()` returned: after its 10 s timeout
+  the body runs *without* the lock (kragniz/python-etcd3#599). The adapter
+  answers what the body's user believes: granted, with the lock's own key and
+  uuid, and the lease (none when it was not acquired) as the token. No refresh:
+  the README's `with` form does none.
 """
 import math
 import os
@@ -56,8 +70,21 @@ class Refresher(threading.Thread):
                 log(f"refresh failed: {type(e).__name__}: {e}")
 
 
+FORMS = ("wait", "checked", "with")
+
+
+def form_from(argv):
+    """`--form wait|checked|with` (default `wait`)."""
+    if len(argv) == 0:
+        return "wait"
+    if len(argv) == 2 and argv[0] == "--form" and argv[1] in FORMS:
+        return argv[1]
+    sys.exit(f"usage: client.py [--form {'|'.join(FORMS)}] (got {argv})")
+
+
 class Adapter:
-    def __init__(self):
+    def __init__(self, form="wait"):
+        self.form = form
         self.client = None
         self.ttl_s = 60
         self.lock = None
@@ -81,11 +108,21 @@ class Adapter:
             raise RuntimeError("acquire before open")
         name = req["lock"]
         lock = self.client.lock(name, ttl=self.ttl_s)
-        log(f"acquire: {name} -> key {lock.key} value {lock.uuid.hex()} (uuid "
+        log(f"acquire ({self.form}): {name} -> key {lock.key} value {lock.uuid.hex()} (uuid "
             f"{uuid.UUID(bytes=lock.uuid)})")
-        self.wait_for(lock)
+        if self.form == "with":
+            # What `with client.lock(...):` does on entry; the body runs next.
+            lock.__enter__()
+            if lock.lease is None:
+                log(f"acquire (with): {lock.key}: entering the body WITHOUT the lock "
+                    "(acquire() timed out and __enter__ ignored it)")
+        elif self.form == "checked":
+            if not lock.acquire():
+                raise RuntimeError(f"{lock.key}: not acquired within the library's 10 s")
+        else:
+            self.wait_for(lock)
         self.lock = lock
-        lease = lock.lease.id
+        lease = lock.lease.id if lock.lease is not None else None
         answer = {
             "token": lease,
             "tokens": {"lease": lease},
@@ -103,8 +140,9 @@ class Adapter:
                 log(f"acquire: {lock.key} no longer holds our uuid right after the grant")
         except Exception as e:  # noqa: BLE001 - the revision is optional
             log(f"acquire: cannot read {lock.key}'s CreateRevision: {e}")
-        self.refresher = Refresher(lock, max(self.ttl_s / 3, 0.2))
-        self.refresher.start()
+        if self.form != "with":
+            self.refresher = Refresher(lock, max(self.ttl_s / 3, 0.2))
+            self.refresher.start()
         log(f"acquired {lock.key}: lease {lease}, revision {answer.get('revision')}")
         return answer
 
@@ -142,6 +180,12 @@ class Adapter:
         lock, self.lock = self.lock, None
         if lock is None:
             raise RuntimeError("release without a held lock")
+        if self.form == "with":
+            # Leaving the body: `__exit__` releases, and says nothing when the
+            # key was not ours (it never was, after a timed-out entry).
+            lock.__exit__(None, None, None)
+            log(f"left the with-body of {lock.key}")
+            return {}
         # Lock.release deletes the key only if it still holds our uuid.
         if not lock.release():
             raise RuntimeError(f"{lock.key} no longer held this lock's uuid")
@@ -170,7 +214,8 @@ class Adapter:
 
 
 def main():
-    fencecheck_client.serve(Adapter(), f"python-etcd3 {etcd3.__version__}", log)
+    form = form_from(sys.argv[1:])
+    fencecheck_client.serve(Adapter(form), f"python-etcd3 {etcd3.__version__} ({form})", log)
 
 
 if __name__ == "__main__":

@@ -77,15 +77,6 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let expectations = check::evaluate(&scenario.expect, &checks, &findings, keepalive_lost);
     let incomplete = incomplete(&rec, scenario.workload.keys);
     let before = storage_before(run_dir)?;
-    // A run that recorded nothing proves nothing, and a run that never reached its
-    // end proves only part: neither passes.
-    // A client that broke the protocol never passes (docs/client-protocol.md).
-    // Nor does a run that began on a storage holding data: its counts start from
-    // values the run did not write.
-    let mut passed = expectations.iter().all(|e| e.met)
-        && incomplete.is_none()
-        && client_errors.0 == 0
-        && before.is_empty();
     let before_empty = before.is_empty();
     // First, so the terminal's few notes show them.
     problems.splice(0..0, client_errors.1);
@@ -101,14 +92,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         })
     };
     let untested = rec.events.iter().all(|e| e.process.worker().is_none()) || !storage_ops;
-    if untested {
-        passed = false;
-        problems.push("the run recorded no worker operations: nothing was tested".into());
-    }
-    // Every fault confirmed or not, from the record; a run that needed a
-    // finding and whose faults all failed to take effect is inconclusive —
-    // unless it failed for a reason of its own (a problem above, or an
-    // expectation that asks for no finding).
+    // Every fault confirmed or not, from the record.
     let mut faults = rec.faults.clone();
     let fault_counts = check::faults::confirm(
         &mut faults,
@@ -116,11 +100,57 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         rec.observations.as_deref(),
         incomplete.is_some(),
     );
+    // What the run did not test: a lock client that broke the protocol or a
+    // run that recorded nothing (quoting the adapters' own last words), a
+    // lock never observed, a planned fault not injected or not confirmed.
+    let mut coverage = Vec::new();
+    let last_words = if scenario.client.is_some() && (client_errors.0 > 0 || untested) {
+        adapter_last_words(run_dir)
+    } else {
+        Vec::new()
+    };
+    if client_errors.0 > 0 {
+        coverage.push(format!(
+            "{} lock client(s) broke the protocol, so the run did not test the lock{}",
+            client_errors.0,
+            words_clause(&last_words)
+        ));
+    }
+    if untested {
+        let why = "the run recorded no worker operations: nothing was tested";
+        problems.push(why.into());
+        if client_errors.0 == 0 {
+            coverage.push(format!("{why}{}", words_clause(&last_words)));
+        }
+    }
+    if !untested && client_errors.0 == 0 {
+        coverage.extend(check::coverage::gaps(
+            &scenario.expect,
+            checks.exclusion.as_ref(),
+            rec.events
+                .iter()
+                .filter(|e| {
+                    e.process.worker().is_some() && (e.f, e.kind) == (F::Acquire, EventType::Ok)
+                })
+                .count() as u64,
+            &fault_counts,
+        ));
+    }
+    // A run that recorded nothing proves nothing, and a run that never reached its
+    // end proves only part: neither passes. Nor does a run that began on a
+    // storage holding data: its counts start from values the run did not write.
+    // Nor one with a coverage gap.
+    let mut passed = expectations.iter().all(|e| e.met)
+        && incomplete.is_none()
+        && before_empty
+        && coverage.is_empty();
+    // A run that needed a finding and whose faults all failed to take effect
+    // is inconclusive, and so is a run with a coverage gap — unless it failed
+    // for a reason of its own (a problem above, or an expectation that asks
+    // for no finding).
     let needs = scenario.expect.needs_finding();
     let failed_otherwise = incomplete.is_some()
-        || client_errors.0 > 0
         || !before_empty
-        || untested
         || expectations.iter().any(|e| {
             !e.met
                 && !needs
@@ -131,6 +161,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         None
     } else {
         check::faults::inconclusive(&needs, &fault_counts)
+            .or_else(|| (!coverage.is_empty()).then(|| coverage.join("; ")))
     };
     if inconclusive.is_some() {
         passed = false;
@@ -142,6 +173,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
         passed,
         incomplete,
         inconclusive,
+        coverage,
         expectations,
         checks,
         faults,
@@ -205,6 +237,48 @@ fn storage_before(run_dir: &Path) -> Result<Vec<String>> {
             )
         })
         .collect())
+}
+
+/// Each adapter's last words (`worker-<id>.client.log`, the adapter's own
+/// stderr): `file:line: text`, in worker order.
+fn adapter_last_words(run_dir: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    let mut logs: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("worker-") && n.ends_with(".client.log"))
+        })
+        .collect();
+    logs.sort();
+    logs.iter()
+        .filter_map(|p| {
+            let text = std::fs::read(p).ok()?;
+            let (line, words) = check::coverage::last_words(&String::from_utf8_lossy(&text))?;
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            Some(format!("{name}:{line}: {words}"))
+        })
+        .collect()
+}
+
+/// ": its last words: worker-0.client.log:12: …" (the first two adapters').
+fn words_clause(words: &[String]) -> String {
+    if words.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<&str> = words.iter().take(2).map(String::as_str).collect();
+    format!(
+        "; the adapter's last words: {}{}",
+        shown.join(" | "),
+        if words.len() > 2 {
+            format!(" (and {} more logs)", words.len() - 2)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Client errors (`client-error` events) as problem lines naming the worker and

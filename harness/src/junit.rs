@@ -6,7 +6,8 @@
 //! per check (`check fencing`, `check mutex`, …) and one per expectation
 //! (`expect fencing_violations`). A run that could not run is a testsuite with a
 //! single `run` testcase carrying an `<error>`; a run that never reached its end
-//! gets a failed `run complete` testcase. Which testcases fail:
+//! gets a failed `run complete` testcase, and an INCONCLUSIVE one a failed
+//! `coverage` testcase (what it did not test). Which testcases fail:
 //! - an expectation fails when it is not met;
 //! - a check fails when it is INVALID and the run did not pass. When the run
 //!   passed anyway, an INVALID check was either expected (a negative control) or
@@ -43,13 +44,7 @@ pub fn check_rows(r: &Report) -> Vec<CheckRow> {
         CheckRow {
             name: "fencing",
             valid: c.fencing.valid,
-            counts: format!(
-                "{} writes: {} stale accepted, {} stale rejected, {} fresh rejected",
-                c.fencing.writes,
-                c.fencing.stale_accepted,
-                c.fencing.stale_rejected,
-                c.fencing.fresh_rejected
-            ),
+            counts: crate::output::fencing_counts(r),
         },
         CheckRow {
             name: "mutex",
@@ -68,6 +63,13 @@ pub fn check_rows(r: &Report) -> Vec<CheckRow> {
             ),
         },
     ];
+    if let Some(x) = &c.exclusion {
+        rows.push(CheckRow {
+            name: "exclusion",
+            valid: x.valid,
+            counts: crate::output::exclusion_counts(x),
+        });
+    }
     if let Some(l) = &c.linearizable {
         rows.push(CheckRow {
             name: "linearizable",
@@ -79,10 +81,7 @@ pub fn check_rows(r: &Report) -> Vec<CheckRow> {
         rows.push(CheckRow {
             name: "token",
             valid: t.valid,
-            counts: format!(
-                "{} grants: {} tokens went backwards, {} repeated",
-                t.grants, t.regressions, t.repeats
-            ),
+            counts: crate::output::token_counts(t),
         });
     }
     rows
@@ -96,6 +95,8 @@ pub fn check_fails(r: &Report, row: &CheckRow) -> bool {
 fn verdict_word(o: &Outcome) -> &'static str {
     match &o.report {
         Some(r) if r.passed => "PASS",
+        Some(r) if r.incomplete.is_some() => "INCOMPLETE",
+        Some(r) if r.inconclusive.is_some() => "INCONCLUSIVE",
         Some(_) => "FAIL",
         None => "ERROR",
     }
@@ -246,11 +247,15 @@ fn write_cases(w: &mut W, o: &Outcome) -> io::Result<()> {
         })?;
     }
     if let Some(why) = &r.inconclusive {
-        testcase(w, suite, "faults confirmed", 0.0, |w| {
+        // The first clause of the reason is the message: "no fault took
+        // effect (…)", "2 of 4 planned faults not injected (…)", "1 lock
+        // client(s) broke the protocol, …".
+        let head = why.split(" (").next().unwrap_or(why);
+        testcase(w, suite, "coverage", 0.0, |w| {
             outcome_element(
                 w,
                 "failure",
-                "INCONCLUSIVE: no fault took effect",
+                &format!("INCONCLUSIVE: {head}"),
                 &format!("{why}\n{paths}"),
             )
         })?;

@@ -36,6 +36,10 @@ fn failure(r: &Report) -> String {
     format!("not met: {}", unmet.join(", "))
 }
 
+/// Why a fencing count with unjudged writes is a lower bound.
+const UNJUDGED: &str = "writes unjudged: a write whose answer was unknown, or that named \
+    no grant the harness observed, is not judged, so stale accepted counts only the judged ones";
+
 /// The confirmation line: per fault kind, planned / injected / confirmed /
 /// skipped (`faults: pause 3 planned, 3 injected, 3 confirmed, 0 skipped`),
 /// the unconfirmed among the injected named when there are any.
@@ -65,6 +69,67 @@ pub fn fault_line(r: &Report) -> Option<String> {
     Some(format!("faults: {}", kinds.join("; ")))
 }
 
+/// The fencing row's counts, with its unjudged writes: a stale-accepted count
+/// that left writes unjudged is only a lower bound, and says so.
+pub fn fencing_counts(r: &Report) -> String {
+    let f = &r.checks.fencing;
+    let lb = f.lower_bound.is_some() || f.unjudged > 0;
+    let mut t = format!(
+        "{} writes: {} stale accepted, {} stale rejected, {} fresh rejected",
+        f.writes,
+        floor(f.stale_accepted, lb),
+        f.stale_rejected,
+        f.fresh_rejected
+    );
+    if f.unjudged > 0 {
+        t += &format!(", {} writes unjudged", f.unjudged);
+    }
+    match (f.lower_bound.is_some(), f.unjudged > 0) {
+        (true, _) => t += " (lower bound: HTTP storage)",
+        (false, true) => t += " (lower bound)",
+        _ => {}
+    }
+    t
+}
+
+/// The exclusion row's counts.
+pub fn exclusion_counts(x: &fencecheck_reports::ExclusionCheck) -> String {
+    let mut t = format!(
+        "{} of {} acquisitions never granted by the service (phantom grants), {} overlaps \
+         with both sessions alive; {} matched to an observed grant",
+        x.phantom, x.acquisitions, x.unexplained_overlaps, x.matched
+    );
+    if x.unobserved > 0 {
+        t += &format!(", {} unjudged (never observed)", x.unobserved);
+    }
+    if x.overlaps_unjudged > 0 {
+        t += &format!(", {} overlaps unjudged (no session)", x.overlaps_unjudged);
+    }
+    t
+}
+
+/// The token row's counts, with the grants the harness never saw made.
+pub fn token_counts(t: &fencecheck_reports::TokenCheck) -> String {
+    let mut s = format!(
+        "{} grants: {} tokens went backwards, {} repeated",
+        t.grants, t.regressions, t.repeats
+    );
+    if t.unverified > 0 {
+        s += &format!(
+            ", {} unverified (never observed at the service: their order is the client's word)",
+            t.unverified
+        );
+    }
+    if t.valid == fencecheck_reports::Validity::Unknown {
+        s += if t.grants == 0 {
+            " (no grant in the service's order to judge a token by)"
+        } else {
+            " (no token sent)"
+        };
+    }
+    s
+}
+
 /// A count with its lower-bound mark: "≥ 3".
 fn floor(n: u64, lower: bool) -> String {
     if lower {
@@ -90,22 +155,21 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     if let Some(why) = &r.incomplete {
         let _ = writeln!(s, "  {why}");
     }
+    // Coverage gaps of a run that failed anyway: the verdict line has them
+    // when it is INCONCLUSIVE.
+    if r.inconclusive.is_none() {
+        for gap in &r.coverage {
+            let _ = writeln!(s, "  not tested: {gap}");
+        }
+    }
     let _ = writeln!(s, "  {:<13} {:<8} counts", "check", "verdict");
     let fence_lb = c.fencing.lower_bound.as_deref();
     let _ = writeln!(
         s,
-        "  {:<13} {:<8} {} writes: {} stale accepted, {} stale rejected, {} fresh rejected{}",
+        "  {:<13} {:<8} {}",
         "fencing",
         c.fencing.valid.to_string(),
-        c.fencing.writes,
-        floor(c.fencing.stale_accepted, fence_lb.is_some()),
-        c.fencing.stale_rejected,
-        c.fencing.fresh_rejected,
-        if fence_lb.is_some() {
-            " (lower bound: HTTP storage)"
-        } else {
-            ""
-        }
+        fencing_counts(r)
     );
     let _ = writeln!(
         s,
@@ -115,6 +179,15 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
         c.mutex.overlaps,
         c.mutex.holds
     );
+    if let Some(x) = &c.exclusion {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {}",
+            "exclusion",
+            x.valid.to_string(),
+            exclusion_counts(x)
+        );
+    }
     let counter_lb = c.counter.lower_bound.as_deref();
     let inconsistent = r
         .expectations
@@ -154,17 +227,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     if let Some(t) = &c.token {
         let _ = writeln!(
             s,
-            "  {:<13} {:<8} {} grants: {} tokens went backwards, {} repeated{}",
+            "  {:<13} {:<8} {}",
             "token",
             t.valid.to_string(),
-            t.grants,
-            t.regressions,
-            t.repeats,
-            if t.valid == fencecheck_reports::Validity::Unknown {
-                " (no token sent)"
-            } else {
-                ""
-            }
+            token_counts(t)
         );
     }
     let f = &r.findings;
@@ -238,10 +304,21 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             let _ = writeln!(s, "  {:<13} {:<8} {text}", "post-loss", "finding");
         }
     }
+    if f.observed {
+        let l = &f.liveness;
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} waits left waiting ≥ {} s while the lock was free at the service",
+            "liveness",
+            "finding",
+            l.stuck_waits,
+            l.threshold_ms / 1000
+        );
+    }
     // The one-line reason for every count marked as a lower bound.
     let mut reasons: Vec<&str> = Vec::new();
     for why in [
-        fence_lb,
+        fence_lb.or((c.fencing.unjudged > 0).then_some(UNJUDGED)),
         c.counter.lower_bound.as_deref(),
         f.unsafe_window.lower_bound.as_deref(),
     ]

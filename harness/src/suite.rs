@@ -109,6 +109,8 @@ pub async fn run_suite(
 fn verdict_word(o: &Outcome) -> &'static str {
     match &o.report {
         Some(r) if r.passed => "PASS",
+        Some(r) if r.incomplete.is_some() => "INCOMPLETE",
+        Some(r) if r.inconclusive.is_some() => "INCONCLUSIVE",
         Some(_) => "FAIL",
         None => "ERROR",
     }

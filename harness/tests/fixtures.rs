@@ -32,6 +32,10 @@ type KeyCounts = (String, u64, u64, i64, u64);
 struct Verdicts {
     passed: bool,
     incomplete: bool,
+    inconclusive: bool,
+    coverage: Vec<String>,
+    /// valid, acquisitions, matched, phantom, unobserved, unexplained overlaps
+    exclusion: Option<(Validity, [u64; 5])>,
     /// (name, expected, actual, met)
     expectations: Vec<(String, String, String, bool)>,
     /// valid, writes, accepted, rejected, stale_accepted, stale_rejected,
@@ -69,6 +73,20 @@ impl Verdicts {
         Verdicts {
             passed: r.passed,
             incomplete: r.incomplete.is_some(),
+            inconclusive: r.inconclusive.is_some(),
+            coverage: r.coverage.clone(),
+            exclusion: c.exclusion.as_ref().map(|x| {
+                (
+                    x.valid,
+                    [
+                        x.acquisitions,
+                        x.matched,
+                        x.phantom,
+                        x.unobserved,
+                        x.unexplained_overlaps,
+                    ],
+                )
+            }),
             expectations: r
                 .expectations
                 .iter()
@@ -187,12 +205,41 @@ fn recheck(name: &str) -> Report {
     let dir = copy_fixture(name);
     let fresh = check(dir.path());
     assert_eq!(
-        Verdicts::of(&fresh),
+        Verdicts::of(&without_newer_rows(&fresh, &recorded)),
         Verdicts::of(&recorded),
         "{name}: the offline re-check (left) differs from the recorded run (right); \
          if the change is meant, re-record: harness/tests/fixtures/record.sh {name}"
     );
     recorded
+}
+
+/// `fresh` without the expectation rows and checks the recorded report predates
+/// (a check added since, e.g. `exclusion_violations`), each of which must be
+/// met: a new rule that fails a recorded run shows as a changed verdict.
+fn without_newer_rows(fresh: &Report, recorded: &Report) -> Report {
+    let mut r = fresh.clone();
+    r.expectations.retain(|e| {
+        let known = recorded.expectations.iter().any(|x| x.name == e.name);
+        assert!(
+            known || e.met,
+            "{}: a rule newer than the recording fails it: {e:?}",
+            recorded.run.scenario
+        );
+        known
+    });
+    if recorded.checks.exclusion.is_none() {
+        // Recorded before coverage was reported: its gaps may only be those of
+        // a run that failed anyway (`passed` and `inconclusive` still compare).
+        r.coverage.clear();
+        let x = r.checks.exclusion.take();
+        assert!(
+            x.as_ref()
+                .is_none_or(|x| x.violations() == 0 && x.unobserved == 0),
+            "{}: the exclusion check, newer than the recording, fails it: {x:?}",
+            recorded.run.scenario
+        );
+    }
+    r
 }
 
 fn met(r: &Report, expectation: &str) -> bool {
@@ -282,6 +329,141 @@ fn killed() {
     assert!(!r.passed);
 }
 
+/// A planned fault that was never injected: the run did not test what it
+/// planned, so it is INCONCLUSIVE naming the fault and why — and passes once
+/// `[expect] faults_skipped` allows it.
+#[test]
+fn faults_skipped() {
+    let r = recheck("faults-skipped");
+    assert!(!r.passed);
+    let why = r.inconclusive.clone().unwrap_or_default();
+    assert!(
+        why.starts_with(
+            "1 of 1 planned faults not injected (fault 1 (pause): no worker held a lock"
+        ),
+        "{why}"
+    );
+    assert_eq!(r.coverage.len(), 1, "{:?}", r.coverage);
+    assert!(r.expectations.iter().all(|e| e.met), "{:?}", r.expectations);
+    let dir = copy_fixture("faults-skipped");
+    let file = dir.path().join("scenario.toml");
+    let text = std::fs::read_to_string(&file).expect("scenario");
+    std::fs::write(
+        &file,
+        text.replace("[expect]\n", "[expect]\nfaults_skipped = \"<=1\"\n"),
+    )
+    .expect("write scenario");
+    let allowed = check(dir.path());
+    assert!(
+        allowed.passed,
+        "{:?} {:?}",
+        allowed.inconclusive, allowed.coverage
+    );
+}
+
+/// Acquisitions of a lock the harness never observed: never PASS, INCONCLUSIVE
+/// naming the holder's key — and not phantom grants (nothing to judge them by).
+#[test]
+fn unobserved_grants() {
+    let r = recheck("unobserved-grants");
+    assert!(!r.passed);
+    let why = r.inconclusive.clone().unwrap_or_default();
+    assert!(
+        why.contains(
+            "the holder's key `/locks/fencecheck/lock/k0` was never observed at the service"
+        ),
+        "{why}"
+    );
+    let x = r.checks.exclusion.as_ref().expect("exclusion");
+    assert_eq!((x.phantom, x.matched), (0, 0), "{x:?}");
+    assert_eq!(x.unobserved, x.acquisitions);
+    assert_eq!(x.valid, Validity::Unknown);
+    // The fencing row counts its unjudged writes, as a lower bound.
+    assert!(r.checks.fencing.unjudged > 0, "{:?}", r.checks.fencing);
+    let dir = copy_fixture("unobserved-grants");
+    let o = bin().arg("check").arg(dir.path()).output().expect("check");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("writes unjudged (lower bound)"), "{stdout}");
+    assert!(stdout.contains("INCONCLUSIVE: "), "{stdout}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(
+        html.contains("id=\"coverage\""),
+        "no coverage box in report.html"
+    );
+    assert!(
+        html.contains("75 writes unjudged"),
+        "no unjudged line in report.html"
+    );
+}
+
+/// python-etcd3 0.12.0's `with client.lock()` (kragniz/python-etcd3#599): bodies
+/// entered without the lock are phantom grants, which fail the exclusion check by
+/// default; none is counted a valid grant or filed under another's session.
+#[test]
+fn python_etcd3_with() {
+    let r = recheck("python-etcd3-with");
+    assert!(!r.passed);
+    assert!(r.inconclusive.is_none(), "{:?}", r.inconclusive);
+    let x = r.checks.exclusion.as_ref().expect("exclusion");
+    assert!(x.phantom > 0, "{x:?}");
+    assert_eq!(x.valid, Validity::Invalid);
+    assert_eq!(x.matched + x.phantom + x.unobserved, x.acquisitions);
+    let unmet: Vec<&str> = r
+        .expectations
+        .iter()
+        .filter(|e| !e.met)
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(unmet, ["exclusion_violations"]);
+    assert!(r.findings.grant_validity.grants <= x.matched, "{x:?}");
+    // Each phantom names the adapter's own uuid, never another worker's grant.
+    assert!(x.phantoms.iter().all(|p| p.value.is_some()), "{x:?}");
+    // Without the optional `value`, the same entry's last creation would be
+    // another worker's grant: it stays that worker's, and the verdict is the same.
+    let dir = copy_fixture("python-etcd3-with");
+    for w in 0..8 {
+        let path = dir.path().join(format!("worker-{w}.jsonl"));
+        let text = std::fs::read_to_string(&path).expect("worker events");
+        let stripped: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).expect("event");
+                if let Some(c) = v
+                    .pointer_mut("/detail/client")
+                    .and_then(|c| c.as_object_mut())
+                {
+                    c.remove("value");
+                }
+                v.to_string()
+            })
+            .collect();
+        std::fs::write(&path, stripped.join("\n") + "\n").expect("write events");
+    }
+    let fresh = check(dir.path());
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(
+        html.contains("id=\"check-exclusion\"") && html.contains("Phantom grants ("),
+        "report.html has no exclusion section with its phantom grants"
+    );
+    let y = fresh.checks.exclusion.as_ref().expect("exclusion");
+    assert_eq!((y.phantom, y.matched), (x.phantom, x.matched), "{y:?}");
+    assert_eq!(
+        fresh.findings.grant_validity.grants,
+        r.findings.grant_validity.grants
+    );
+}
+
+/// An adapter that exits before its hello: never PASS; INCONCLUSIVE quoting its
+/// own last words, with the file and line of its log.
+#[test]
+fn adapter_crash() {
+    let r = recheck("adapter-crash");
+    assert!(!r.passed);
+    let why = r.inconclusive.clone().unwrap_or_default();
+    assert!(why.contains("broke the protocol"), "{why}");
+    assert!(why.contains(".client.log:1: usage: client.py"), "{why}");
+}
+
 /// Every fixture directory has its test above (a new fixture without one fails
 /// here), and each says how it was recorded.
 #[test]
@@ -296,6 +478,10 @@ fn every_fixture_is_tested_and_described() {
         "python-etcd3-pause",
         "jepsen-2020",
         "killed",
+        "faults-skipped",
+        "unobserved-grants",
+        "python-etcd3-with",
+        "adapter-crash",
     ];
     let mut found: Vec<String> = std::fs::read_dir(fixtures_dir())
         .expect("fixtures dir")

@@ -19,6 +19,10 @@ pub struct Findings {
     pub observation_gaps: u64,
     pub grant_validity: GrantValidity,
     pub unsafe_window: UnsafeWindow,
+    /// Waiters left waiting while the lock was free (absent in reports written
+    /// before it was judged).
+    #[serde(default)]
+    pub liveness: Liveness,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -181,4 +185,110 @@ pub struct TokenPair {
     pub later_worker: u32,
     pub later_grant: i64,
     pub later_token: i64,
+}
+
+/// `exclusion`: bugs of the lock library or service, judged against what the
+/// harness observed of the service — never the expected overlap of a lease lock
+/// under a pause (that is the informational `mutex` check). Fails by default
+/// (`[expect] exclusion_violations`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExclusionCheck {
+    /// `false` when a phantom grant or an unexplained overlap was found;
+    /// `"unknown"` when no acquisition could be matched at all.
+    pub valid: crate::Validity,
+    /// Acquisitions the clients reported (`acquire` `ok`).
+    pub acquisitions: u64,
+    /// Of those, matched to a grant the harness observed the service make.
+    pub matched: u64,
+    /// Phantom grants: a client told it holds a lock the service never granted
+    /// it — its acquisition is unmatched although the harness observed that
+    /// lock's grants all along.
+    pub phantom: u64,
+    /// Unmatched acquisitions of a lock the harness never observed at all (or
+    /// while its feed was lost): a coverage gap, not a finding.
+    pub unobserved: u64,
+    /// The entries (the library's own key or path, else the lock's name) of
+    /// the unobserved acquisitions, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unobserved_entries: Vec<String>,
+    /// Overlapping holds of matched grants with both holders' sessions alive at
+    /// the service: no session loss explains them.
+    pub unexplained_overlaps: u64,
+    /// Overlapping holds of matched grants whose sessions are not known (not
+    /// judged either way).
+    #[serde(default)]
+    pub overlaps_unjudged: u64,
+    /// Up to 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phantoms: Vec<PhantomGrant>,
+    /// Up to 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<UnexplainedOverlap>,
+}
+
+impl ExclusionCheck {
+    /// Phantom grants plus unexplained overlaps: what `exclusion_violations`
+    /// counts.
+    pub fn violations(&self) -> u64 {
+        self.phantom + self.unexplained_overlaps
+    }
+}
+
+/// A client told it holds a lock the service never granted it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhantomGrant {
+    pub worker: u32,
+    /// The lock's name (the workload key).
+    pub key: String,
+    /// The entry the client named (its library's key or path), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// The owner value the client named, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// When the client was told it holds the lock.
+    pub told_ns: u64,
+    /// Who held the lock at the service then (the grant observed last before),
+    /// if anyone: `(grant, session)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<(i64, i64)>,
+}
+
+/// Two holds of observed grants at once, both sessions alive at the service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnexplainedOverlap {
+    pub key: String,
+    pub a_worker: u32,
+    pub a_grant: Option<i64>,
+    pub a_session: i64,
+    pub b_worker: u32,
+    pub b_grant: Option<i64>,
+    pub b_session: i64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Liveness: a waiter left waiting while the lock was free at the service (a
+/// waiter never woken, a lock stuck after a reconnect or a cancelled release).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Liveness {
+    /// How long the lock must have been free, with a worker waiting all along,
+    /// to count (milliseconds).
+    pub threshold_ms: u64,
+    /// Such waits: the worker was neither paused nor cut off meanwhile.
+    pub stuck_waits: u64,
+    /// Up to 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<StuckWait>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StuckWait {
+    pub worker: u32,
+    pub key: String,
+    /// When the worker began waiting (its `acquire` invoke).
+    pub waiting_since_ns: u64,
+    /// The stretch the lock was free at the service while it waited.
+    pub free_from_ns: u64,
+    pub free_to_ns: u64,
 }

@@ -13,8 +13,8 @@ pub mod findings;
 pub mod html;
 pub mod timeline;
 pub use findings::{
-    Findings, GrantValidity, LateGrant, OpCounts, PostLoss, TokenCheck, TokenPair, UnsafeHold,
-    UnsafeWindow,
+    ExclusionCheck, Findings, GrantValidity, LateGrant, Liveness, OpCounts, PhantomGrant, PostLoss,
+    StuckWait, TokenCheck, TokenPair, UnexplainedOverlap, UnsafeHold, UnsafeWindow,
 };
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};
@@ -100,6 +100,12 @@ pub struct Report {
     /// plain fail either. The reason, in one sentence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inconclusive: Option<String>,
+    /// What the run did not test that it claims to (acquisitions of a lock the
+    /// harness never observed, planned faults not injected or not confirmed,
+    /// a lock client that crashed), one sentence each. Non-empty keeps a run
+    /// from passing: it is INCONCLUSIVE unless it failed on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<String>,
     pub expectations: Vec<Expectation>,
     pub checks: Checks,
     /// Fault windows as the nemesis recorded them.
@@ -210,6 +216,10 @@ pub struct Checks {
     /// storage of the user's own): from what, and which judgements are weaker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judged_from: Option<JudgedFrom>,
+    /// Phantom grants and overlaps no session loss explains, judged against
+    /// the harness's observation of the service (absent when it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusion: Option<ExclusionCheck>,
 }
 
 /// What the checks were judged from when it was not the storage's own log.

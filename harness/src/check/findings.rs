@@ -40,14 +40,18 @@ pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
     };
     let ended = session_ends(obs);
     let sessions = entry_sessions(obs);
+    // A phantom grant (the service never made it) is not a grant: never
+    // counted valid, nor judged under a session (the exclusion check has it).
+    let not_grants = super::exclusion::phantoms(rec);
     Findings {
         observed: true,
         observation_gaps: obs
             .iter()
             .filter(|o| matches!(o, Observation::Gap { .. }))
             .count() as u64,
-        grant_validity: grant_validity(rec, &ended, &sessions),
-        unsafe_window: unsafe_window(rec, &ended, &sessions, storage_log),
+        grant_validity: grant_validity(rec, &ended, &sessions, &not_grants),
+        unsafe_window: unsafe_window(rec, &ended, &sessions, &not_grants, storage_log),
+        liveness: super::liveness::check(rec),
     }
 }
 
@@ -66,6 +70,9 @@ fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
     }
     out
 }
+
+/// Phantom grants (worker, time told): acquisitions the service never granted.
+type NotGrants = std::collections::HashSet<(u32, u64)>;
 
 /// (key, grant) → the session the service created the entry under.
 type EntrySessions = HashMap<(String, i64), i64>;
@@ -100,6 +107,7 @@ fn grant_validity(
     rec: &Recorded,
     ended: &HashMap<i64, u64>,
     sessions: &EntrySessions,
+    not_grants: &NotGrants,
 ) -> GrantValidity {
     let mut g = GrantValidity::default();
     let mut invoked: HashMap<u32, u64> = HashMap::new();
@@ -108,6 +116,13 @@ fn grant_validity(
             invoked.insert(w, e.time_ns);
         }
         let told = match e.kind {
+            EventType::Ok
+                if e.process
+                    .worker()
+                    .is_some_and(|w| not_grants.contains(&(w, e.time_ns))) =>
+            {
+                continue
+            }
             EventType::Ok => false,
             EventType::Fail if told_granted(e) => true,
             _ => continue,
@@ -150,7 +165,7 @@ fn grant_validity(
 /// Was `worker` itself paused or cut off (a `pause` or `partition` whose
 /// recorded detail names it) at some time in `[from, to]`? A grant it was told
 /// then may arrive late through the fault alone.
-fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
+pub(super) fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
     fn names(v: &serde_json::Value, w: u32) -> bool {
         match v {
             serde_json::Value::Object(m) => {
@@ -242,12 +257,16 @@ fn unsafe_window(
     rec: &Recorded,
     ended: &HashMap<i64, u64>,
     sessions: &EntrySessions,
+    not_grants: &NotGrants,
     storage_log: bool,
 ) -> UnsafeWindow {
     let mut w = UnsafeWindow::default();
     let told = client_told(rec);
     let mut believed: Vec<f64> = Vec::new();
     for h in super::mutex::holds(rec) {
+        if not_grants.contains(&(h.worker, h.start_ns)) {
+            continue;
+        }
         let Some(session) = session_of(sessions, Some(&h.key), h.revision, h.lease) else {
             continue;
         };

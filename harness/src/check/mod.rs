@@ -3,10 +3,13 @@
 //! construction.
 
 pub mod counter;
+pub mod coverage;
+pub mod exclusion;
 pub mod faults;
 pub mod fencing;
 pub mod findings;
 pub mod linearizable;
+pub mod liveness;
 pub mod mutex;
 pub mod observed;
 pub mod resolve;
@@ -134,6 +137,7 @@ pub fn run_all(
         linearizable: Some(linearizable::check(rec, storage_fencing)),
         token: Some(token::check(rec)),
         judged_from,
+        exclusion: exclusion::check(rec),
     }
 }
 

@@ -97,6 +97,7 @@ pub fn resolve(rec: &mut Recorded) -> Vec<String> {
 /// how many given `revision`s disagreed with it.
 fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i64), i64>, u64) {
     let mut out = HashMap::new();
+    let mut claims = Vec::new();
     let mut disagree = 0;
     for (i, e) in events.iter().enumerate() {
         if (e.f, e.kind) != (F::Acquire, EventType::Ok) {
@@ -152,10 +153,78 @@ fn match_external(events: &[Event], obs: &[Observation]) -> (HashMap<(String, i6
             if revision.is_some_and(|r| r != g) {
                 disagree += 1;
             }
-            out.insert((key.clone(), handle), g);
+            claims.push(Claim {
+                key: key.clone(),
+                handle,
+                grant: g,
+                worker: e.process.worker(),
+                session: e.session,
+                time_ns: e.time_ns,
+            });
         }
     }
+    for c in one_holder_each(claims, obs) {
+        out.insert((c.key, c.handle), c.grant);
+    }
     (out, disagree)
+}
+
+/// An acquisition matched to an observed creation.
+struct Claim {
+    key: String,
+    handle: i64,
+    grant: i64,
+    worker: Option<u32>,
+    session: Option<i64>,
+    time_ns: u64,
+}
+
+/// The service made each creation for one client: when acquisitions of several
+/// workers matched the same one (a client that named no `value`, told it holds
+/// a lock it was never granted, matches the entry's last creation), it stays
+/// with the worker whose session the creation was made under, else with the
+/// first told; the others match nothing (never filed under another worker's
+/// session).
+fn one_holder_each(claims: Vec<Claim>, obs: &[Observation]) -> Vec<Claim> {
+    let created: HashMap<(&str, i64), i64> = obs
+        .iter()
+        .filter_map(|o| match o {
+            Observation::Created {
+                key,
+                grant,
+                session,
+                ..
+            } => Some(((key.as_str(), *grant), *session)),
+            _ => None,
+        })
+        .collect();
+    let mut by_grant: HashMap<(String, i64), Vec<Claim>> = HashMap::new();
+    for c in claims {
+        by_grant
+            .entry((c.key.clone(), c.grant))
+            .or_default()
+            .push(c);
+    }
+    let mut out = Vec::new();
+    for ((key, grant), mut cs) in by_grant {
+        let workers: std::collections::HashSet<Option<u32>> = cs.iter().map(|c| c.worker).collect();
+        if workers.len() < 2 {
+            out.extend(cs);
+            continue;
+        }
+        let session = created.get(&(key.as_str(), grant)).copied();
+        cs.sort_by_key(|c| c.time_ns);
+        let owner = cs
+            .iter()
+            .position(|c| session.is_some_and(|s| s != 0 && c.session == Some(s)))
+            .unwrap_or(0);
+        let keep = cs.swap_remove(owner);
+        let worker = keep.worker;
+        out.push(keep);
+        // The same worker's other claims on it (a retry) stay too.
+        out.extend(cs.into_iter().filter(|c| c.worker == worker));
+    }
+    out
 }
 
 /// Whether a client's `value` is the observed one. The observer writes a value as
@@ -175,7 +244,43 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::same_value;
+    use super::*;
+    use crate::record::history::Process;
+
+    /// Worker `w` told at `t` it holds `/locks/k0` (no value), under lease `s`.
+    fn told(t: u64, w: u32, handle: i64, s: i64) -> Event {
+        let mut e = Event::new(Process::Worker(w), EventType::Ok, F::Acquire);
+        e.time_ns = t;
+        e.key = Some("k0".into());
+        e.grant = Some(handle);
+        e.session = Some(s);
+        e.detail = Some(serde_json::json!({"client": {"handle": handle, "entry": "/locks/k0"}}));
+        e
+    }
+
+    #[test]
+    fn a_creation_is_never_filed_under_another_workers_acquisition() {
+        // Worker 0 holds the grant the service made under its lease 7; worker 1,
+        // told it holds the lock too (lease 9, no value), would match the same
+        // last creation: it stays worker 0's, and worker 1's matches nothing.
+        let events = vec![told(20, 0, 100, 7), told(30, 1, 200, 9)];
+        let obs = vec![Observation::Created {
+            time_ns: 15,
+            key: "k0".into(),
+            grant: 5,
+            session: 7,
+            id: "/locks/k0".into(),
+            value: None,
+        }];
+        let (map, _) = match_external(&events, &obs);
+        assert_eq!(map.get(&("k0".to_string(), 100)), Some(&5));
+        assert_eq!(map.get(&("k0".to_string(), 200)), None);
+        // Told in the other order, the lease still decides.
+        let events = vec![told(20, 1, 200, 9), told(30, 0, 100, 7)];
+        let (map, _) = match_external(&events, &obs);
+        assert_eq!(map.get(&("k0".to_string(), 100)), Some(&5));
+        assert_eq!(map.get(&("k0".to_string(), 200)), None);
+    }
 
     #[test]
     fn a_value_matches_as_text_or_as_the_hex_of_its_bytes() {

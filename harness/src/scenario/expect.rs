@@ -138,6 +138,11 @@ impl fmt::Display for Holds {
 /// (when the service was observed) is judged as 0 / valid. The other counts are
 /// judged only when set; `mutex_overlaps` never defaults, because a lease lock is
 /// not a mutex: overlapping holds under faults are what fencing is for.
+/// `exclusion_violations` (when the service was observed) defaults to 0: a
+/// phantom grant or an overlap with both sessions alive is a bug of the lock.
+/// `faults_skipped` and `faults_unconfirmed` are not rows: unset, a planned
+/// fault not injected or not confirmed makes the run INCONCLUSIVE
+/// (`check::coverage`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -176,6 +181,23 @@ pub struct Expect {
     /// Late grants the client itself caught and did not use; judged only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_grants_caught: Option<Count>,
+    /// Phantom grants (a client told it holds a lock the service never granted
+    /// it) plus overlapping holds no session loss explains (the `exclusion`
+    /// check); unset means 0 when the service was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusion_violations: Option<Count>,
+    /// Planned faults that were not injected; unset means none may be: a run
+    /// with one is INCONCLUSIVE (it did not test what it planned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults_skipped: Option<Count>,
+    /// Waiters left waiting ≥ 10 s while the lock was free at the service
+    /// (`findings.liveness`); judged only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck_waits: Option<Count>,
+    /// Injected faults whose effect was looked for and not seen; unset means
+    /// none may be (INCONCLUSIVE otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults_unconfirmed: Option<Count>,
 }
 
 impl Default for Expect {
@@ -192,6 +214,10 @@ impl Default for Expect {
             token_repeats: None,
             late_grants: None,
             late_grants_caught: None,
+            exclusion_violations: None,
+            faults_skipped: None,
+            stuck_waits: None,
+            faults_unconfirmed: None,
         }
     }
 }
@@ -258,6 +284,8 @@ impl Expect {
             ("token_repeats", self.token_repeats),
             ("late_grants", self.late_grants),
             ("late_grants_caught", self.late_grants_caught),
+            ("exclusion_violations", self.exclusion_violations),
+            ("stuck_waits", self.stuck_waits),
         ];
         let mut out: Vec<String> = counts
             .into_iter()
@@ -401,6 +429,22 @@ impl Expect {
                 false,
                 g.caught_by_client,
             );
+            count(
+                &mut out,
+                "stuck_waits",
+                self.stuck_waits,
+                false,
+                findings.liveness.stuck_waits,
+            );
+        }
+        if let Some(x) = &checks.exclusion {
+            count(
+                &mut out,
+                "exclusion_violations",
+                Some(self.exclusion_violations.unwrap_or(zero())),
+                self.exclusion_violations.is_none(),
+                x.violations(),
+            );
         }
         out
     }
@@ -465,6 +509,7 @@ mod tests {
             linearizable: None,
             token: None,
             judged_from: None,
+            exclusion: None,
         };
         let e = Expect::default();
         let j = e.judge(&checks, &Findings::default(), 0);

@@ -83,7 +83,14 @@ fn parse(path: &Path) -> BTreeMap<String, BTreeMap<String, Case>> {
 fn expected_cases(r: &Value) -> Vec<(String, bool, bool)> {
     let passed = r["passed"].as_bool().expect("passed");
     let mut out = Vec::new();
-    for name in ["fencing", "mutex", "counter", "linearizable", "token"] {
+    for name in [
+        "fencing",
+        "mutex",
+        "exclusion",
+        "counter",
+        "linearizable",
+        "token",
+    ] {
         let c = &r["checks"][name];
         if c.is_null() {
             continue;

@@ -249,3 +249,84 @@ fn the_readme_sample_verdict_table_matches_a_real_run() {
     assert_eq!(got.2, want.2, "expectation header");
     assert_nothing_left(&out);
 }
+
+/// The expectation named `name` of a report.
+fn expectation<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["expectations"]
+        .as_array()
+        .and_then(|es| es.iter().find(|e| e["name"] == name))
+        .unwrap_or_else(|| panic!("no expectation {name}: {}", r["expectations"]))
+}
+
+/// python-etcd3 0.12.0 (PyPI) used as its README shows, `with client.lock()`
+/// (kragniz/python-etcd3#599), no fault: a waiter past the library's 10 s enters
+/// the body without the lock. The run fails on the exclusion check itself —
+/// phantom grants, none counted as a valid grant — and on nothing else.
+#[test]
+fn python_etcd3_with_form_fails_on_its_phantom_grants() {
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let (o, r) = run_scenario("clients/python-etcd3-with", &[], &out);
+    assert_eq!(o.status.code(), Some(1), "{}", explain(&o));
+    assert_eq!(r["passed"], false);
+    assert!(r["inconclusive"].is_null(), "{}", r["inconclusive"]);
+    let x = &r["checks"]["exclusion"];
+    assert!(n(&x["phantom"]) > 0, "no phantom grant: {x}");
+    assert_eq!(x["valid"], false, "{x}");
+    // The adapter logged each body entered without the lock: the ground truth.
+    let entered_without: usize = (0..8)
+        .map(|w| {
+            std::fs::read_to_string(out.join(format!("worker-{w}.client.log")))
+                .unwrap_or_default()
+                .matches("entering the body WITHOUT the lock")
+                .count()
+        })
+        .sum();
+    // Each phantom is one of them; a body entered as the run ended (its worker
+    // no longer waiting) is the only one the record may lack.
+    let phantom = n(&x["phantom"]);
+    assert!(
+        phantom <= entered_without as u64 && phantom + 8 >= entered_without as u64,
+        "{phantom} phantom grants, {entered_without} bodies entered without the lock: {x}"
+    );
+    // A non-grant is never a valid grant.
+    let grants = n(&r["findings"]["grant_validity"]["grants"]);
+    assert!(grants <= n(&x["matched"]), "{grants} grants vs {x}");
+    let unmet: Vec<&str> = r["expectations"]
+        .as_array()
+        .expect("expectations")
+        .iter()
+        .filter(|e| e["met"] == false)
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(unmet, ["exclusion_violations"], "{}", r["expectations"]);
+    assert!(expectation(&r, "exclusion_violations")["default"] == true);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("FAIL: not met: exclusion_violations (default 0)"),
+        "{stdout}"
+    );
+    assert_nothing_left(&out);
+}
+
+/// Its twin: the same library and contention, `if not lock.acquire(): give up`.
+/// Every acquisition is a grant the service made; the run passes.
+#[test]
+fn python_etcd3_acquire_with_its_result_checked_passes() {
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let (o, r) = run_scenario("clients/python-etcd3-checked", &[], &out);
+    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    let x = &r["checks"]["exclusion"];
+    assert!(n(&x["acquisitions"]) > 0, "{x}");
+    assert_eq!(n(&x["matched"]), n(&x["acquisitions"]), "{x}");
+    assert_eq!(
+        (n(&x["phantom"]), n(&x["unexplained_overlaps"])),
+        (0, 0),
+        "{x}"
+    );
+    assert!(r["coverage"].is_null(), "{}", r["coverage"]);
+    assert_nothing_left(&out);
+}

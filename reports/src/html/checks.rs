@@ -50,6 +50,14 @@ pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
             f.stale_accepted,
             escape(why)
         );
+    } else if f.unjudged > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"lower-bound\" id=\"fencing-lower-bound\">≥ {} stale accepted \
+             is a lower bound: {} writes unjudged (their answer was unknown, or they named \
+             no grant the harness observed)</p>",
+            f.stale_accepted, f.unjudged
+        );
     }
     if f.violations.is_empty() {
         h.push_str("<p class=\"ok-line\">No stale write was accepted.</p>\n");
@@ -143,6 +151,117 @@ pub(super) fn mutex_section(h: &mut String, ctx: &Ctx) {
             })
             .collect();
         folded_list(h, "mutex-overlaps", &items);
+    }
+    h.push_str("</section>\n");
+}
+
+pub(super) fn exclusion_section(h: &mut String, ctx: &Ctx, x: &crate::ExclusionCheck) {
+    check_header(
+        h,
+        ctx,
+        "exclusion",
+        "exclusion",
+        x.valid,
+        "Was a client told it holds a lock the service never granted it, or did two \
+         holders overlap with both sessions alive? (A bug of the lock, unlike the mutex \
+         overlap of a lease lock under a pause.)",
+    );
+    let bad = |n: u64| if n > 0 { "bad" } else { "" };
+    tiles(
+        h,
+        &[
+            ("acquisitions", x.acquisitions, ""),
+            ("matched to an observed grant", x.matched, ""),
+            ("phantom grants", x.phantom, bad(x.phantom)),
+            (
+                "overlaps, both sessions alive",
+                x.unexplained_overlaps,
+                bad(x.unexplained_overlaps),
+            ),
+            (
+                "unjudged (lock never observed)",
+                x.unobserved,
+                bad(x.unobserved),
+            ),
+        ],
+    );
+    if !x.unobserved_entries.is_empty() {
+        let names: Vec<String> = x
+            .unobserved_entries
+            .iter()
+            .map(|e| format!("<code>{}</code>", escape(e)))
+            .collect();
+        let _ = writeln!(
+            h,
+            "<p class=\"lower-bound\" id=\"exclusion-unobserved\">Never observed at the \
+             service: {}. Their acquisitions are not judged, so the run cannot pass.</p>",
+            names.join(", ")
+        );
+    }
+    if x.phantoms.is_empty() && x.overlaps.is_empty() {
+        h.push_str("<p class=\"ok-line\">Every matched acquisition was a grant the service made, and no two live sessions held at once.</p>\n");
+    }
+    if !x.phantoms.is_empty() {
+        let _ = writeln!(
+            h,
+            "<h3>Phantom grants ({} shown of {})</h3>",
+            x.phantoms.len().min(MAX_LISTED),
+            x.phantom
+        );
+        let items: Vec<String> = x
+            .phantoms
+            .iter()
+            .take(MAX_LISTED)
+            .map(|p| {
+                let holder = match p.held_by {
+                    Some((g, s)) => format!("; the service held grant {g} (session {}) then", hex_id(s)),
+                    None => "; the service held no grant then".into(),
+                };
+                format!(
+                    "<li class=\"violation\">{}</li>",
+                    escape(&format!(
+                        "Worker {} was told it holds {} ({}{}) at {}, a grant the service never made{}.",
+                        p.worker,
+                        p.key,
+                        p.entry.as_deref().unwrap_or("no entry named"),
+                        p.value.as_deref().map(|v| format!(", value {v}")).unwrap_or_default(),
+                        ctx.clock.at(p.told_ns),
+                        holder
+                    ))
+                )
+            })
+            .collect();
+        folded_list(h, "exclusion-phantoms", &items);
+    }
+    if !x.overlaps.is_empty() {
+        let _ = writeln!(
+            h,
+            "<h3>Overlaps with both sessions alive ({} shown of {})</h3>",
+            x.overlaps.len().min(MAX_LISTED),
+            x.unexplained_overlaps
+        );
+        let items: Vec<String> = x
+            .overlaps
+            .iter()
+            .take(MAX_LISTED)
+            .map(|o| {
+                format!(
+                    "<li class=\"violation\">{}</li>",
+                    escape(&format!(
+                        "Workers {} (grant {}, session {}) and {} (grant {}, session {}) held {} at once, {}, with both sessions alive at the service.",
+                        o.a_worker,
+                        opt_i64(o.a_grant),
+                        hex_id(o.a_session),
+                        o.b_worker,
+                        opt_i64(o.b_grant),
+                        hex_id(o.b_session),
+                        o.key,
+                        ctx.clock.span(o.start_ns, Some(o.end_ns))
+                    ))
+                )
+            })
+            .collect();
+        folded_list(h, "exclusion-overlaps", &items);
     }
     h.push_str("</section>\n");
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{check_header, escape, hex_id, tiles, Ctx};
+use super::{check_header, escape, folded_list, hex_id, tiles, Ctx, MAX_LISTED};
 use crate::TokenCheck;
 
 pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
@@ -29,6 +29,35 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
              may be missing.</p>",
             f.observation_gaps
         );
+    }
+    let l = &f.liveness;
+    let _ = writeln!(
+        h,
+        "<h3 id=\"liveness\">Liveness</h3>\n<p>Workers left waiting ≥ {} s while the service \
+         held no entry of the lock (a waiter never woken, a lock stuck after a reconnect), \
+         neither paused nor cut off meanwhile: {}.</p>",
+        l.threshold_ms / 1000,
+        l.stuck_waits
+    );
+    if !l.examples.is_empty() {
+        let items: Vec<String> = l
+            .examples
+            .iter()
+            .take(MAX_LISTED)
+            .map(|w| {
+                format!(
+                    "<li class=\"violation\">{}</li>",
+                    escape(&format!(
+                        "Worker {} waited for {} from {}; the lock was free {}.",
+                        w.worker,
+                        w.key,
+                        ctx.clock.at(w.waiting_since_ns),
+                        ctx.clock.span(w.free_from_ns, Some(w.free_to_ns))
+                    ))
+                )
+            })
+            .collect();
+        folded_list(h, "liveness-stuck", &items);
     }
     let g = &f.grant_validity;
     h.push_str("<h3 id=\"grant-validity\">Grant validity</h3>\n<p>Grants a client was told about after its session had already ended at the service.</p>\n");

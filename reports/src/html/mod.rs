@@ -321,6 +321,8 @@ fn expectation_checker(name: &str) -> &'static str {
     let n = name.to_ascii_lowercase();
     if n.contains("linear") {
         "linearizable"
+    } else if n.contains("exclusion") {
+        "exclusion"
     } else if n.contains("mutex") || n.contains("overlap") {
         "mutex"
     } else if n.contains("lost") || n.contains("counter") || n.contains("increment") {

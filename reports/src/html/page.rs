@@ -29,6 +29,9 @@ pub fn render_html(report: &Report, timeline: &Timeline) -> String {
     run_facts(&mut h, &ctx);
     fencing_section(&mut h, &ctx);
     mutex_section(&mut h, &ctx);
+    if let Some(x) = &report.checks.exclusion {
+        exclusion_section(&mut h, &ctx, x);
+    }
     counter_section(&mut h, &ctx);
     if let Some(l) = &report.checks.linearizable {
         linearizable_section(&mut h, &ctx, l);
@@ -276,6 +279,13 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
         );
         for w in &j.weaker {
             let _ = writeln!(h, "<li>{}</li>", escape(w));
+        }
+        h.push_str("</ul></div>\n");
+    }
+    if !ctx.report.coverage.is_empty() {
+        h.push_str("<div id=\"coverage\" class=\"problems\"><h3>Not tested: why this run cannot pass</h3><ul>\n");
+        for p in &ctx.report.coverage {
+            let _ = writeln!(h, "<li>{}</li>", escape(p));
         }
         h.push_str("</ul></div>\n");
     }
