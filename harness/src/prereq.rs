@@ -106,7 +106,11 @@ const ADAPTERS: &[(&str, &[&str])] = &[
     ),
     (
         "python-etcd3",
-        &["/usr/lib/python3/dist-packages/etcd3/__init__.py"],
+        &[
+            "/usr/lib/python3/dist-packages/etcd3/__init__.py",
+            // PyPI's etcd3 0.12.0 for the `pypi` launcher (the `with` form).
+            "{cache}/python-etcd3/venv/bin/python",
+        ],
     ),
     (
         "python-leaselock",
