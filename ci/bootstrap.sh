@@ -165,6 +165,35 @@ debian_python_import() {
   say "$adapter: /usr/bin/python3 imports $module $v"
 }
 
+# pypi_venv ADAPTER VENV WANT CHECK PACKAGE...: for an adapter whose library Debian
+# lacks (or ships at another release): a venv of fencecheck's own at VENV, made with
+# Debian's /usr/bin/python3, with the pinned PACKAGEs from PyPI. CHECK is a command
+# printing what the venv has (a version); nothing is done when it prints WANT, and
+# the venv is made anew otherwise. For the Python adapters' setup.sh.
+pypi_venv() {
+  local adapter="$1" venv="$2" want="$3" check="$4" start
+  shift 4
+  if [ "$("$check" 2>/dev/null)" = "$want" ]; then
+    say "$adapter: $venv has $want"
+    return
+  fi
+  say "$adapter: making $venv with $* from PyPI"
+  start=$SECONDS
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  # Debian's python3 makes a venv with pip in it only with python3-venv (ensurepip's
+  # wheels): the check is making one.
+  if ! /usr/bin/python3 -m venv "$venv" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    apt_install python3-venv
+    /usr/bin/python3 -m venv "$venv" || die "$adapter: python3 -m venv $venv failed"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" ||
+    die "$adapter: pip install $* failed"
+  [ "$("$check" 2>/dev/null)" = "$want" ] || die "$adapter: $venv still does not have $want"
+  say "$adapter: $venv has $want ($((SECONDS - start)) s)"
+}
+
 # ---- Always: what `cargo run --release -- scenario scenarios/pause.toml` needs.
 
 step_protoc() {
@@ -379,7 +408,7 @@ step_tests() {
 
 # ---- --client NAME: clients/NAME/setup.sh checks what its library needs (a file, a
 # version) and installs or builds what is missing. Sourced, so they share say, die,
-# apt_install, prints, debian_python_import and CACHE. (The harness's own test clients
+# apt_install, prints, debian_python_import, pypi_venv and CACHE. (The harness's own test clients
 # in harness/tests/data/clients use the Debian Python libraries the python-etcd3, kazoo
 # and redis-py adapters' setup.sh install.)
 step_client() {

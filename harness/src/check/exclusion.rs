@@ -227,7 +227,7 @@ pub fn check(rec: &Recorded) -> Option<ExclusionCheck> {
 /// Overlapping holds of observed grants, each judged by whether a session loss
 /// at the service explains it.
 fn overlaps(rec: &Recorded, seen: &Seen, not_grants: &HashSet<(u32, u64)>, c: &mut ExclusionCheck) {
-    let ends = session_ends(seen.obs);
+    let ends = super::findings::session_ends(seen.obs);
     let holds: Vec<_> = super::mutex::holds(rec)
         .into_iter()
         .filter(|h| !not_grants.contains(&(h.worker, h.start_ns)))
@@ -274,20 +274,6 @@ fn overlaps(rec: &Recorded, seen: &Seen, not_grants: &HashSet<(u32, u64)>, c: &m
             }
         }
     }
-}
-
-fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
-    let mut out: HashMap<i64, u64> = HashMap::new();
-    for o in obs {
-        if let Observation::SessionEnded {
-            time_ns, session, ..
-        } = o
-        {
-            let t = out.entry(*session).or_insert(*time_ns);
-            *t = (*t).min(*time_ns);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

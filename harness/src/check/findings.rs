@@ -57,7 +57,7 @@ pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
 
 /// Session → when the service ended it (the earliest observation: they need
 /// not be written in time order).
-fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
+pub(super) fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
     let mut out: HashMap<i64, u64> = HashMap::new();
     for o in obs {
         if let Observation::SessionEnded {
