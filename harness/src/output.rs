@@ -141,7 +141,22 @@ fn floor(n: u64, lower: bool) -> String {
 
 pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let mut s = String::new();
-    let c = &r.checks;
+    verdict_lines(&mut s, r);
+    check_rows(&mut s, r);
+    finding_rows(&mut s, r);
+    lower_bound_notes(&mut s, r);
+    expectation_rows(&mut s, r);
+    run_lines(&mut s, r);
+    let _ = writeln!(
+        s,
+        "report: {}",
+        run_dir.join(crate::record::rundir::REPORT_HTML).display()
+    );
+    s
+}
+
+/// The verdict line, then what the run did not test.
+fn verdict_lines(s: &mut String, r: &Report) {
     let verdict = if r.incomplete.is_some() {
         "INCOMPLETE: the run never reached its end (no heal phase, no final reads)".to_string()
     } else if let Some(why) = &r.inconclusive {
@@ -162,8 +177,12 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             let _ = writeln!(s, "  not tested: {gap}");
         }
     }
+}
+
+/// One row per check of the recorded history.
+fn check_rows(s: &mut String, r: &Report) {
+    let c = &r.checks;
     let _ = writeln!(s, "  {:<13} {:<8} counts", "check", "verdict");
-    let fence_lb = c.fencing.lower_bound.as_deref();
     let _ = writeln!(
         s,
         "  {:<13} {:<8} {}",
@@ -188,6 +207,32 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             exclusion_counts(x)
         );
     }
+    counter_row(s, r);
+    if let Some(l) = &c.linearizable {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {} operations, model {}, {:.0} ms",
+            "linearizable",
+            l.valid.to_string(),
+            l.operations,
+            l.model,
+            l.elapsed_ms
+        );
+    }
+    if let Some(t) = &c.token {
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<8} {}",
+            "token",
+            t.valid.to_string(),
+            token_counts(t)
+        );
+    }
+}
+
+/// The counter row: lost increments, with why a count is only a lower bound.
+fn counter_row(s: &mut String, r: &Report) {
+    let c = &r.checks;
     let counter_lb = c.counter.lower_bound.as_deref();
     let inconsistent = r
         .expectations
@@ -213,26 +258,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             ""
         }
     );
-    if let Some(l) = &c.linearizable {
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {} operations, model {}, {:.0} ms",
-            "linearizable",
-            l.valid.to_string(),
-            l.operations,
-            l.model,
-            l.elapsed_ms
-        );
-    }
-    if let Some(t) = &c.token {
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {}",
-            "token",
-            t.valid.to_string(),
-            token_counts(t)
-        );
-    }
+}
+
+/// The findings from the service's own record (when it was observed).
+fn finding_rows(s: &mut String, r: &Report) {
     let f = &r.findings;
     if f.observed {
         let g = &f.grant_validity;
@@ -315,7 +344,12 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             l.threshold_ms / 1000
         );
     }
-    // The one-line reason for every count marked as a lower bound.
+}
+
+/// The one-line reason for every count marked as a lower bound.
+fn lower_bound_notes(s: &mut String, r: &Report) {
+    let (c, f) = (&r.checks, &r.findings);
+    let fence_lb = c.fencing.lower_bound.as_deref();
     let mut reasons: Vec<&str> = Vec::new();
     for why in [
         fence_lb.or((c.fencing.unjudged > 0).then_some(UNJUDGED)),
@@ -332,6 +366,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     for why in reasons {
         let _ = writeln!(s, "  ≥ lower bound — {why}");
     }
+}
+
+/// The scenario's expectations, stated or defaulted, each met or not.
+fn expectation_rows(s: &mut String, r: &Report) {
     if !r.expectations.is_empty() {
         let _ = writeln!(
             s,
@@ -350,6 +388,10 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
             );
         }
     }
+}
+
+/// The storage's retries, the faults and why any was not confirmed, the run.
+fn run_lines(s: &mut String, r: &Report) {
     if r.stats.serialization_retries > 0 {
         let _ = writeln!(
             s,
@@ -401,12 +443,6 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     for p in r.problems.iter().take(5) {
         let _ = writeln!(s, "  note: {p}");
     }
-    let _ = writeln!(
-        s,
-        "report: {}",
-        run_dir.join(crate::record::rundir::REPORT_HTML).display()
-    );
-    s
 }
 
 /// Faults injected: the confirmation tally's when the report has one (a fault
