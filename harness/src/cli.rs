@@ -327,6 +327,24 @@ fn verdict(passed: bool) -> i32 {
 }
 
 pub fn main() -> i32 {
+    init_logging();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                EXIT_ERROR
+            } else {
+                EXIT_PASS
+            };
+        }
+    };
+    sigpipe_for(&cli.command);
+    run(cli.command)
+}
+
+/// Logs to stderr, at the level `RUST_LOG` asks, else warnings.
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             // testcontainers logs what the docker backend reports itself (a
@@ -339,26 +357,18 @@ pub fn main() -> i32 {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                EXIT_ERROR
-            } else {
-                EXIT_PASS
-            };
-        }
-    };
-    // Printing into a closed pipe (`fencecheck check … | head`) ends an offline
-    // command quietly, as for any Unix tool, instead of panicking in println!. The
-    // commands that drive services keep Rust's default (SIGPIPE ignored): a write
-    // into a Unix socket the Docker engine has closed — a killed container's log
+}
+
+/// Printing into a closed pipe (`fencecheck check … | head`) ends an offline
+/// command quietly, as for any Unix tool, instead of panicking in println!.
+fn sigpipe_for(command: &Command) {
+    // The commands that drive services keep Rust's default (SIGPIPE ignored): a
+    // write into a Unix socket the Docker engine has closed — a killed container's log
     // stream, a pooled API connection — is then an error the code handles, not a
     // signal that kills the harness mid-run (seen: `kill.toml` on docker, exit by
     // SIGPIPE after the leader's restart).
     let drives_services = matches!(
-        cli.command,
+        command,
         Command::Scenario { .. }
             | Command::Suite { .. }
             | Command::Images { .. }
@@ -377,7 +387,11 @@ pub fn main() -> i32 {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    match cli.command {
+}
+
+/// The command's own function; its exit code.
+fn run(command: Command) -> i32 {
+    match command {
         Command::Scenario {
             file,
             seed,

@@ -154,11 +154,29 @@ async fn make_pod(
     image: &str,
     say: &dyn Fn(&str),
 ) -> Result<serde_json::Value> {
+    make_secret(client, run_id, name, access).await?;
+    let pod = pod_spec(ns, run_id, name, access, image);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), HOME);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("create pod {HOME}/{name}"))?;
+    say(&format!(
+        "reaper pod {HOME}/{name} created; waiting for it to run"
+    ));
+    wait_armed(&pods, name, access, say).await
+}
+
+/// The reaper's Secret: its token and CA, and with a registry login its pull
+/// secret too (`registry.rs`): a `dockerconfigjson` Secret may hold other keys,
+/// and the reaper already deletes this one.
+async fn make_secret(
+    client: &kube::Client,
+    run_id: &str,
+    name: &str,
+    access: &ReaperAccess,
+) -> Result<()> {
     let pull = access.pull.as_deref();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), HOME);
-    // With a registry login, the same Secret is the reaper pod's pull secret
-    // (`registry.rs`): a `dockerconfigjson` Secret may hold other keys too, and
-    // the reaper already deletes this one.
     let mut data = BTreeMap::from([
         ("token".to_string(), access.token.clone()),
         ("ca.crt".to_string(), access.ca_pem.clone()),
@@ -181,8 +199,15 @@ async fn make_pod(
         .create(&PostParams::default(), &secret)
         .await
         .with_context(|| format!("create secret {HOME}/{name}"))?;
+    Ok(())
+}
+
+/// The reaper's pod: its binary watching the run's Lease, its token and CA from
+/// its Secret, the node's Docker socket where the node's engine is this machine's.
+fn pod_spec(ns: &str, run_id: &str, name: &str, access: &ReaperAccess, image: &str) -> Pod {
+    let pull = access.pull.as_deref();
     let from_secret = |var: &str, key: &str| super::pods::from_secret(var, name, key);
-    let pod = Pod {
+    Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(HOME.into()),
@@ -260,18 +285,22 @@ async fn make_pod(
             ..Default::default()
         }),
         ..Default::default()
-    };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), HOME);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("create pod {HOME}/{name}"))?;
-    say(&format!(
-        "reaper pod {HOME}/{name} created; waiting for it to run"
-    ));
+    }
+}
+
+/// Waits until the reaper's pod runs and has read the run's Lease; what it
+/// took, for `kubernetes.json`.
+async fn wait_armed(
+    pods: &Api<Pod>,
+    name: &str,
+    access: &ReaperAccess,
+    say: &dyn Fn(&str),
+) -> Result<serde_json::Value> {
     let started = Instant::now();
     loop {
-        let p = pods
-            .get(name)
+        // A loaded API server's timeout is retried within the deadline (retry.rs).
+        let left = RUNNING_DEADLINE.saturating_sub(started.elapsed());
+        let p = super::retry::call(&format!("get pod {HOME}/{name}"), left, || pods.get(name))
             .await
             .with_context(|| format!("get pod {HOME}/{name}"))?;
         let phase = p
@@ -286,7 +315,7 @@ async fn make_pod(
                     "reaper pod {HOME}/{name} running after {:.1} s",
                     running.as_secs_f64()
                 ));
-                armed(&pods, name, say).await?;
+                armed(pods, name, say).await?;
                 let armed = started.elapsed();
                 return Ok(serde_json::json!({
                     "pod": format!("{HOME}/{name}"),
