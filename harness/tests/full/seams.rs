@@ -201,7 +201,10 @@ fn the_briefs_usage_line_finds_the_shipped_scenario_and_a_killed_run_is_incomple
 /// A run directory written by fencecheck 0.1 (etcd 3.5, `pause.toml` for 10 s, 3
 /// workers; kept in `tests/data/v0.1-pause`): its history says `revision`/`lease`,
 /// its scenario `etcd_members`/`etcd`/`token = "revision"`, its run.json has no
-/// service. `fencecheck check` reads it and reaches 0.1's verdict.
+/// service. `fencecheck check` reads it and reaches 0.1's counts; its verdict
+/// is INCONCLUSIVE, not 0.1's PASS: 0.1 did not observe the service, so no
+/// acquisition can be matched to a grant the service made, and a verdict must
+/// prove its coverage.
 #[test]
 fn check_still_reads_a_run_directory_written_by_0_1() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -211,7 +214,12 @@ fn check_still_reads_a_run_directory_written_by_0_1() {
         std::fs::copy(&p, dir.path().join(p.file_name().expect("name"))).expect("copy");
     }
     let o = bin().arg("check").arg(dir.path()).output().expect("check");
-    assert_eq!(o.status.code(), Some(0), "{}", explain(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", explain(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("INCONCLUSIVE: the service was not observed (no service.jsonl)"),
+        "{out}"
+    );
     let r = read_report(dir.path());
     let f = &r["checks"]["fencing"];
     // 0.1 said: 85 writes, 0 stale accepted, 1 stale rejected; 4 overlaps; 84 increments.
