@@ -97,6 +97,8 @@ pub struct Nemesis {
     /// The run directory (where `events` is): the workers' own event files,
     /// read to find a holder the service's owners do not name (`target.rs`).
     run_dir: std::path::PathBuf,
+    /// Those files as read so far (`reported.rs`).
+    reported: Mutex<reported::Follow>,
 }
 
 impl Nemesis {
@@ -111,6 +113,7 @@ impl Nemesis {
             between: Mutex::new(Vec::new()),
             held: Mutex::new(HashMap::new()),
             run_dir: events.parent().map(Path::to_path_buf).unwrap_or_default(),
+            reported: Mutex::new(reported::Follow::default()),
         }))
     }
 

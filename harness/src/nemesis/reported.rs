@@ -5,7 +5,8 @@
 //! once the service confirms the grant (`LockService::holds`, in
 //! [`super::target`]).
 
-use std::io::{BufRead, BufReader};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::record::history::{Event, EventType, F};
@@ -26,36 +27,66 @@ pub struct Reported {
     pub grant: Option<i64>,
 }
 
-/// The current holds of `workers`, from their event files in `run_dir`; a file
-/// not there yet (or unreadable) reports nothing.
-pub fn current(run_dir: &Path, workers: &[u32]) -> Vec<Reported> {
-    workers
-        .iter()
-        .filter_map(|&w| {
-            let f = std::fs::File::open(rundir::worker_events(run_dir, w)).ok()?;
-            let events = BufReader::new(f)
-                .lines()
-                .map_while(Result::ok)
-                // A partial last line (being written) is not an event yet.
-                .filter_map(|l| serde_json::from_str::<Event>(&l).ok());
-            hold_of(w, events)
-        })
-        .collect()
+/// The workers' event files as read so far: each file's next offset and the
+/// hold as of there. The nemesis polls while it looks for a holder (every 25 ms,
+/// up to 2 s per fault); each poll reads only what was appended since the last,
+/// not the whole file again (a soak's files grow to megabytes).
+#[derive(Debug, Default)]
+pub struct Follow {
+    read: HashMap<u32, (u64, Option<Reported>)>,
 }
 
-/// The last acquisition the client reported with an `entry`, unless a release
-/// (asked for: the hold is ending), a session loss or a client error came
-/// after it.
-fn hold_of(worker: u32, events: impl Iterator<Item = Event>) -> Option<Reported> {
-    let mut hold = None;
-    for e in events {
-        match (e.f, e.kind) {
-            (F::Acquire, EventType::Ok) => hold = reported(worker, &e),
-            (F::Release | F::KeepaliveLost | F::ClientError, _) => hold = None,
-            _ => {}
+impl Follow {
+    /// The current holds of `workers`, from their event files in `run_dir`; a
+    /// file not there yet (or unreadable) reports nothing.
+    pub fn current(&mut self, run_dir: &Path, workers: &[u32]) -> Vec<Reported> {
+        workers
+            .iter()
+            .filter_map(|&w| {
+                let (at, hold) = self.read.entry(w).or_default();
+                read_on(&rundir::worker_events(run_dir, w), w, at, hold);
+                hold.clone()
+            })
+            .collect()
+    }
+}
+
+/// Reads whole lines from `at` on, advancing `at` past each and `hold` by each
+/// event. A partial last line (being written) is left for the next read.
+fn read_on(path: &Path, worker: u32, at: &mut u64, hold: &mut Option<Reported>) {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return;
+    };
+    // A file shorter than what was read was written anew: read it from the start.
+    if f.metadata().map(|m| m.len() < *at).unwrap_or(false) {
+        (*at, *hold) = (0, None);
+    }
+    if f.seek(SeekFrom::Start(*at)).is_err() {
+        return;
+    }
+    let mut r = BufReader::new(f);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(n) if n > 0 && line.ends_with('\n') => *at += n as u64,
+            _ => return,
+        }
+        if let Ok(e) = serde_json::from_str::<Event>(&line) {
+            apply(worker, &e, hold);
         }
     }
-    hold
+}
+
+/// The hold after event `e`: the last acquisition the client reported with an
+/// `entry`, unless a release (asked for: the hold is ending), a session loss or
+/// a client error came after it.
+fn apply(worker: u32, e: &Event, hold: &mut Option<Reported>) {
+    match (e.f, e.kind) {
+        (F::Acquire, EventType::Ok) => *hold = reported(worker, e),
+        (F::Release | F::KeepaliveLost | F::ClientError, _) => *hold = None,
+        _ => {}
+    }
 }
 
 fn reported(worker: u32, e: &Event) -> Option<Reported> {
@@ -98,12 +129,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let path = rundir::worker_events(dir.path(), 2);
         let mut w = EventWriter::create(&path).expect("writer");
-        assert!(current(dir.path(), &[2, 5]).is_empty(), "no file yet");
+        let mut follow = Follow::default();
+        let mut current = |ws: &[u32]| follow.current(dir.path(), ws);
+        assert!(current(&[2, 5]).is_empty(), "no file yet");
         w.write(&event(EventType::Invoke, F::Acquire, None))
             .expect("write");
         w.write(&event(EventType::Ok, F::Acquire, Some("lock:k0")))
             .expect("write");
-        let held = current(dir.path(), &[2]);
+        let held = current(&[2]);
         assert_eq!(
             held,
             [Reported {
@@ -117,10 +150,10 @@ mod tests {
         );
         w.write(&event(EventType::Invoke, F::Release, None))
             .expect("write");
-        assert!(current(dir.path(), &[2]).is_empty(), "released");
+        assert!(current(&[2]).is_empty(), "released");
         // fencecheck's own clients report no entry: the service names them.
         w.write(&event(EventType::Ok, F::Acquire, None))
             .expect("write");
-        assert!(current(dir.path(), &[2]).is_empty());
+        assert!(current(&[2]).is_empty());
     }
 }

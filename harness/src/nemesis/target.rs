@@ -283,7 +283,12 @@ async fn confirmed_report(n: &Nemesis, why: &mut Why) -> Result<Option<Victim>> 
     let mut ids: Vec<u32> = n.world.workers.keys().copied().collect();
     ids.sort_unstable();
     let mut confirmed = Vec::new();
-    for r in super::reported::current(&n.run_dir, &ids) {
+    let reports = n
+        .reported
+        .lock()
+        .map_err(|_| anyhow!("reported holds poisoned"))?
+        .current(&n.run_dir, &ids);
+    for r in reports {
         match n.world.service.holds(&r.entry, r.value.as_deref()).await {
             Ok(Some(true)) => confirmed.push(r),
             Ok(Some(false)) => why.not_held = Some(r),
