@@ -2,7 +2,7 @@
 # ci/second-node.sh up|down|status|wall on|off — a second node for the local Kubernetes
 # cluster (`fencecheck cluster up`) that is NOT the harness's network: the test
 # bed for running the kubernetes backend's pods on nodes other than its own
-# (docs/backends.md, "Not built yet"). `harness/tests/full/k8s_backend.rs` brings
+# (docs/kubernetes.md, "Not built yet"). `harness/tests/full/k8s_backend.rs` brings
 # it up on its own cluster to check the backend's refusal of such a node.
 #
 # The node is this kernel, but everything a remote node differs in for the

@@ -238,9 +238,19 @@ public final class Client {
         } catch (Exception e) {
             log("stat of " + node + " failed: " + e);
         }
+        // The session Curator has now: after an expiry it made a new one by itself.
+        long current = client.getZookeeperClient().getZooKeeper().getSessionId();
         if (st != null) {
             tokens.put("czxid", st.getCzxid());
             ans.put("revision", st.getCzxid());
+            if (st.getEphemeralOwner() != current) {
+                // CURATOR-604: acquire() returned on a node of a session Curator no
+                // longer has (it ends with that session): the ground truth the
+                // zoo's scenario is checked against.
+                log("GRANTED ON A NODE OF ANOTHER SESSION: " + node + " is owned by "
+                        + Long.toHexString(st.getEphemeralOwner()) + ", Curator's session is "
+                        + Long.toHexString(current));
+            }
             if (st.getEphemeralOwner() != session) {
                 log("lock node " + node + " is owned by session "
                         + Long.toHexString(st.getEphemeralOwner()) + ", not the opened "

@@ -28,7 +28,9 @@ const opTimeout = 8 * time.Second
 // client is what one Go controller holds: a client for the apiserver, and the elector
 // it runs now (at most one: the protocol holds one lock at a time).
 type client struct {
-	out    *out
+	out *out
+	// How the controller using the elector is written (command-line flags, see main.go).
+	opts   options
 	leases coordinationv1client.LeasesGetter
 	ttl    time.Duration
 	// The renew deadline and retry period open was given (0: from the TTL, timing).
@@ -219,7 +221,7 @@ func (c *client) acquire(req request) (map[string]interface{}, error) {
 		LeaseDuration:   lease,
 		RenewDeadline:   renew,
 		RetryPeriod:     retry,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: c.opts.releaseOnCancel,
 		Name:            "fencecheck",
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {
@@ -277,7 +279,33 @@ func (c *client) acquire(req request) (map[string]interface{}, error) {
 	}
 	log.Printf("%s: leading %s/%s: resourceVersion %s, leaseTransitions %d",
 		el.identity, ns, name, l.ResourceVersion, transitions)
+	if c.opts.stepDownAfter > 0 {
+		go c.stepDown(el)
+	}
 	return fields, nil
+}
+
+// stepDown is a controller told to stop leading while its work still runs (a SIGTERM
+// during a rollout cancelling the context it gave Run, as client-go's own example does):
+// stepDownAfter into its term it cancels the elector's context, whatever the worker's
+// hold is doing. Run then returns at once; with ReleaseOnCancel client-go first clears
+// the Lease's holder (kubernetes/kubernetes#139504, #139991: it does not wait for
+// OnStartedLeading's work), so another elector takes the Lease while the worker — the
+// work OnStartedLeading started — still reads and writes. Without ReleaseOnCancel the
+// Lease stays held until it expires. OnStoppedLeading then tells the worker
+// (`session-lost`), as client-go tells a controller once Run returns.
+func (c *client) stepDown(el *election) {
+	select {
+	case <-el.done:
+		return
+	case <-time.After(c.opts.stepDownAfter):
+	}
+	if atomic.LoadInt32(&el.stopping) == 1 {
+		return
+	}
+	log.Printf("%s: stepping down (context cancelled %s into the term; ReleaseOnCancel %v)",
+		el.identity, c.opts.stepDownAfter, c.opts.releaseOnCancel)
+	el.cancel()
 }
 
 // stopped is OnStoppedLeading: client-go calls it whenever Run returns. Unprompted, it
@@ -297,7 +325,8 @@ func (c *client) stopped(el *election) {
 }
 
 // release cancels the elector's context: with ReleaseOnCancel client-go clears the
-// holder in the Lease, then Run returns. We wait for that, bounded.
+// holder in the Lease, then Run returns. We wait for that, bounded. (After a step-down
+// Run has already returned: nothing is left to do.)
 func (c *client) release() error {
 	if c.el == nil {
 		return errors.New("release without a lock held")

@@ -8,11 +8,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log"
 	"os"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // library is what the hello says: setup.sh stamps the client-go release of the tree it
@@ -79,18 +81,55 @@ func (o *out) answer(id int64, fields map[string]interface{}, err error) {
 	o.send(v)
 }
 
+// options is how the controller around the elector is written, from the command line
+// (a scenario's `[client] command`):
+//
+//	-release-on-cancel=BOOL  LeaderElectionConfig.ReleaseOnCancel (default true): a
+//	                         cancelled elector clears the Lease's holder before Run returns.
+//	-step-down-after=DUR     cancel the elector's context DUR after it starts leading,
+//	                         while the worker's hold may still run (default 0: never; the
+//	                         context is cancelled only by release, after the hold's work).
+type options struct {
+	releaseOnCancel bool
+	stepDownAfter   time.Duration
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("go-leaderelection", flag.ContinueOnError)
+	fs.BoolVar(&o.releaseOnCancel, "release-on-cancel", true, "LeaderElectionConfig.ReleaseOnCancel")
+	fs.DurationVar(&o.stepDownAfter, "step-down-after", 0, "cancel the elector's context this long after it starts leading (0: never)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.stepDownAfter < 0 {
+		return o, fmt.Errorf("-step-down-after %s: negative", o.stepDownAfter)
+	}
+	return o, nil
+}
+
 func main() {
 	log.SetOutput(os.Stderr)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix(fmt.Sprintf("go-leaderelection[%s] ", os.Getenv("FENCECHECK_WORKER")))
 
+	opts, err := parseOptions(os.Args[1:])
+	if err != nil {
+		// Before the hello: the worker quotes our last words and gives up on us.
+		log.Fatalf("bad command line: %v", err)
+	}
 	o := &out{w: bufio.NewWriter(os.Stdout)}
 	o.send(map[string]interface{}{
 		"fencecheck_client": 1,
-		"library":           fmt.Sprintf("%s (%s)", library, runtime.Version()),
+		"library": fmt.Sprintf("%s (%s; ReleaseOnCancel %v, step down after %s)",
+			library, runtime.Version(), opts.releaseOnCancel, opts.stepDownAfter),
 	})
+	log.Printf("ReleaseOnCancel %v, step down after %s", opts.releaseOnCancel, opts.stepDownAfter)
 
-	c := &client{out: o}
+	c := &client{out: o, opts: opts}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 64*1024), 1024*1024)
 	for in.Scan() {

@@ -15,6 +15,7 @@ use crate::check::{self, Recorded};
 use crate::record::history::{self, Event, EventType, F};
 use crate::scenario::Scenario;
 
+use crate::record::before::KeyBefore;
 use crate::record::observe::Observation;
 use crate::record::rundir::{HISTORY, RUN_INFO, SCENARIO, SERVICE_OBSERVATIONS, STORAGE_LOG};
 
@@ -53,6 +54,7 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let scenario = Scenario::load_recorded(&run_dir.join(SCENARIO))?;
     let storage_log = scenario.storage.kind.has_log();
     let (mut rec, mut problems) = load(run_dir, storage_log)?;
+    rec.end_ns = Some(info.time_end_ns);
     // Clients of a system that does not number its grants cannot know a grant's
     // place: put the grants in the order the harness observed before anything
     // judges by it. External clients' grants likewise: their entries are
@@ -67,10 +69,11 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     let mut findings = check::findings::check(&rec, storage_log);
     if checks.judged_from.is_some() {
         // Judged from the client side: say so wherever a count is only a floor.
-        checks.fencing.lower_bound = Some(FENCING_LOWER_BOUND.into());
-        checks.counter.lower_bound = Some(COUNTER_LOWER_BOUND.into());
+        use fencecheck_reports::descriptor::{COUNTER, FENCING, UNSAFE_WINDOW};
+        checks.fencing.lower_bound = no_log(&FENCING);
+        checks.counter.lower_bound = no_log(&COUNTER);
         if findings.observed {
-            findings.unsafe_window.lower_bound = Some(UNSAFE_WINDOW_LOWER_BOUND.into());
+            findings.unsafe_window.lower_bound = no_log(&UNSAFE_WINDOW);
         }
     }
     let keepalive_lost = check::keepalive_lost(&rec.events);
@@ -187,29 +190,16 @@ pub fn assess(run_dir: &Path) -> Result<Report> {
     Ok(report)
 }
 
-/// The reason the terminal, report.json and report.html give for a fencing count
-/// that is a lower bound.
-pub const FENCING_LOWER_BOUND: &str = "HTTP storage: a write concurrent with the newer \
-    grant's first operation cannot be judged from the client side";
-/// The same for the counter's lost increments.
-pub const COUNTER_LOWER_BOUND: &str = "HTTP storage: judged by final reads against \
-    acknowledged writes; a write whose answer was lost but applied can hide a lost increment";
-/// The same for the unsafe window's operation counts.
-pub const UNSAFE_WINDOW_LOWER_BOUND: &str = "HTTP storage: counted from the client history, \
-    only operations sent after the session ended; one in flight at the end is not counted";
+/// Why a check's counts are a lower bound without a storage log: its
+/// descriptor's rule, which the terminal, report.json and report.html give.
+fn no_log(d: &fencecheck_reports::Descriptor) -> Option<String> {
+    d.lower_bound.map(|l| l.no_log.to_string())
+}
 
 /// What the storage held before the run, as the pre-run probe read it
 /// (`storage-before.json`: one entry per workload key). Absent for storages the
 /// harness starts itself, which start empty.
 pub use crate::record::rundir::STORAGE_BEFORE;
-
-/// One key as the pre-run probe read it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct KeyBefore {
-    pub key: String,
-    pub value: Option<i64>,
-    pub token: Option<i64>,
-}
 
 /// Problems for every key the storage already held before the run (empty when
 /// it held none, or was not probed).

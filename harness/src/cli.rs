@@ -7,13 +7,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::exit::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
 use crate::run::{Overrides, RunError};
 use crate::scenario::{BackendKind, EtcdVersion, Scenario};
 use crate::{assess, output, worker};
-
-pub const EXIT_PASS: i32 = 0;
-pub const EXIT_FAIL: i32 = 1;
-pub const EXIT_ERROR: i32 = 2;
 
 #[derive(Parser)]
 #[command(

@@ -14,7 +14,7 @@ pub const OFFSET_ENV: &str = "CLOCKSHIM_OFFSET_FILE";
 
 /// Where `ci/bootstrap.sh` builds it.
 pub fn path() -> PathBuf {
-    crate::systems::etcd::provision::cache_dir()
+    crate::scenario::cache_dir()
         .join("clockshim")
         .join("libclockshim.so")
 }

@@ -12,94 +12,39 @@
 //! - a check fails when it is INVALID and the run did not pass. When the run
 //!   passed anyway, an INVALID check was either expected (a negative control) or
 //!   informational, and the run's verdict is what the exit code says; the
-//!   testcase passes and says so in its `<system-out>`. `mutex` never fails (a
-//!   lease lock is not a mutex: informational); a check that could not judge
-//!   (`unknown`) is `<skipped>`.
+//!   testcase passes and says so in its `<system-out>`. A check whose
+//!   descriptor says it never fails (`mutex`: a lease lock is not a mutex)
+//!   never does; a check that could not judge (`unknown`) is `<skipped>`.
 //!
-//! Every failure's text is the verdict line and the report's path.
+//! Every failure's text is the verdict line, the check's question (its
+//! descriptor's summary) and the report's path.
 
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use fencecheck_reports::descriptor::{self, Kind};
 use fencecheck_reports::{Report, Validity};
 use quick_xml::events::{BytesDecl, BytesText, Event};
 use quick_xml::Writer;
 
+use crate::output::{row_fails, Row};
 use crate::record::rundir;
-use crate::suite::Outcome;
+use crate::suite::{verdict_word, Outcome};
 
-/// One check as a row: its name, verdict and counts.
-pub struct CheckRow {
-    pub name: &'static str,
-    pub valid: Validity,
-    pub counts: String,
+/// The checks of a report as testcases: the verdict table's rows of the
+/// checks of the recorded history (findings are judged by their expectations).
+pub fn check_rows(r: &Report) -> Vec<Row> {
+    crate::output::rows(r)
+        .into_iter()
+        .filter(|row| row.check.kind == Kind::Check)
+        .collect()
 }
 
-/// The checks of a report, in the terminal's order.
-pub fn check_rows(r: &Report) -> Vec<CheckRow> {
-    let c = &r.checks;
-    let mut rows = vec![
-        CheckRow {
-            name: "fencing",
-            valid: c.fencing.valid,
-            counts: crate::output::fencing_counts(r),
-        },
-        CheckRow {
-            name: "mutex",
-            valid: c.mutex.valid,
-            counts: format!(
-                "{} overlapping holds in {} holds (informational)",
-                c.mutex.overlaps, c.mutex.holds
-            ),
-        },
-        CheckRow {
-            name: "counter",
-            valid: c.counter.valid,
-            counts: format!(
-                "{} acknowledged increments, {} lost",
-                c.counter.acknowledged, c.counter.lost
-            ),
-        },
-    ];
-    if let Some(x) = &c.exclusion {
-        rows.push(CheckRow {
-            name: "exclusion",
-            valid: x.valid,
-            counts: crate::output::exclusion_counts(x),
-        });
-    }
-    if let Some(l) = &c.linearizable {
-        rows.push(CheckRow {
-            name: "linearizable",
-            valid: l.valid,
-            counts: format!("{} operations, model {}", l.operations, l.model),
-        });
-    }
-    if let Some(t) = &c.token {
-        rows.push(CheckRow {
-            name: "token",
-            valid: t.valid,
-            counts: crate::output::token_counts(t),
-        });
-    }
-    rows
-}
-
-/// Does this check's testcase fail? (The rule in the module comment.)
-pub fn check_fails(r: &Report, row: &CheckRow) -> bool {
-    row.valid == Validity::Invalid && !r.passed && row.name != "mutex"
-}
-
-fn verdict_word(o: &Outcome) -> &'static str {
-    match &o.report {
-        Some(r) if r.passed => "PASS",
-        Some(r) if r.incomplete.is_some() => "INCOMPLETE",
-        Some(r) if r.inconclusive.is_some() => "INCONCLUSIVE",
-        Some(_) => "FAIL",
-        None => "ERROR",
-    }
+/// A check's verdict word (`valid`, `INVALID`, `unknown`).
+fn valid(row: &Row) -> Validity {
+    row.valid.unwrap_or_default()
 }
 
 /// XML 1.0 cannot carry most control characters even escaped (a child's log
@@ -163,8 +108,11 @@ fn tally(o: &Outcome) -> (usize, usize, usize, usize) {
         None => (1, 0, 1, 0),
         Some(r) => {
             let rows = check_rows(r);
-            let failed_checks = rows.iter().filter(|c| check_fails(r, c)).count();
-            let skipped = rows.iter().filter(|c| c.valid == Validity::Unknown).count();
+            let failed_checks = rows.iter().filter(|c| row_fails(r, c)).count();
+            let skipped = rows
+                .iter()
+                .filter(|c| valid(c) == Validity::Unknown)
+                .count();
             let failed_expect = r.expectations.iter().filter(|e| !e.met).count();
             let incomplete =
                 usize::from(r.incomplete.is_some()) + usize::from(r.inconclusive.is_some());
@@ -251,32 +199,42 @@ fn write_cases(w: &mut W, o: &Outcome) -> io::Result<()> {
         // effect (…)", "2 of 4 planned faults not injected (…)", "1 lock
         // client(s) broke the protocol, …".
         let head = why.split(" (").next().unwrap_or(why);
-        testcase(w, suite, "coverage", 0.0, |w| {
+        // What the coverage checks that found a gap (the coverage, the fault
+        // confirmation) ask.
+        let asks: String = crate::output::failed_checks(r)
+            .iter()
+            .filter(|d| d.kind == Kind::Coverage)
+            .map(|d| format!("{}: {}\n", d.name, d.summary))
+            .collect();
+        testcase(w, suite, descriptor::COVERAGE.name, 0.0, |w| {
             outcome_element(
                 w,
                 "failure",
                 &format!("INCONCLUSIVE: {head}"),
-                &format!("{why}\n{paths}"),
+                &format!("{why}\n{asks}{paths}"),
             )
         })?;
     }
     for row in check_rows(r) {
-        let line = format!("{} {}: {}", row.name, row.valid, row.counts);
-        testcase(w, suite, &format!("check {}", row.name), 0.0, |w| {
-            if check_fails(r, &row) {
-                outcome_element(w, "failure", &line, &format!("{line}\n{paths}"))
-            } else if row.valid == Validity::Unknown {
-                outcome_element(w, "skipped", &line, &line)
-            } else if row.valid == Validity::Invalid {
+        let name = row.check.name;
+        let line = format!("{name} {}: {}", valid(&row), row.counts);
+        // The check's question under its verdict, in every case's text.
+        let asks = format!("{line}\n{name}: {}", row.check.summary);
+        testcase(w, suite, &format!("check {name}"), 0.0, |w| {
+            if row_fails(r, &row) {
+                outcome_element(w, "failure", &line, &format!("{asks}\n{paths}"))
+            } else if valid(&row) == Validity::Unknown {
+                outcome_element(w, "skipped", &line, &asks)
+            } else if valid(&row) == Validity::Invalid {
                 system_out(
                     w,
                     &format!(
-                        "{line}\nthe run passed: this check's result was expected or is \
+                        "{asks}\nthe run passed: this check's result was expected or is \
                          informational\n{paths}"
                     ),
                 )
             } else {
-                system_out(w, &line)
+                system_out(w, &asks)
             }
         })?;
     }
@@ -288,11 +246,15 @@ fn write_cases(w: &mut W, o: &Outcome) -> io::Result<()> {
             e.actual,
             if e.met { "met" } else { "NOT MET" }
         );
+        // An unmet expectation says what its check asks.
+        let asks = descriptor::judged_by(&e.name)
+            .map(|d| format!("\n{}: {}", d.name, d.summary))
+            .unwrap_or_default();
         testcase(w, suite, &format!("expect {}", e.name), 0.0, |w| {
             if e.met {
                 system_out(w, &line)
             } else {
-                outcome_element(w, "failure", &line, &format!("{line}\n{paths}"))
+                outcome_element(w, "failure", &line, &format!("{line}{asks}\n{paths}"))
             }
         })?;
     }
@@ -372,10 +334,13 @@ pub fn markdown_run(o: &Outcome) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} |",
-            row.name,
-            row.valid,
+            row.check.name,
+            valid(&row),
             cell(&row.counts)
         );
+    }
+    for d in crate::output::failed_checks(r) {
+        let _ = writeln!(s, "\n**{}**: {}", d.name, cell(d.summary));
     }
     if !r.expectations.is_empty() {
         let _ = writeln!(

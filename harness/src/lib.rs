@@ -11,6 +11,10 @@ pub mod check;
 pub mod cli;
 pub mod clockshim;
 pub mod cluster;
+#[cfg(test)]
+mod descriptors;
+pub mod exit;
+pub mod image_context;
 pub mod images;
 pub mod junit;
 pub mod links;

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use fencecheck_reports::Report;
+use fencecheck_reports::descriptor::{self, Descriptor, Fails};
+use fencecheck_reports::{Report, Validity};
 
 /// The verdict line's reason for a failed run: which problem, or which
 /// expectations (stated or defaulted) were not met.
@@ -35,10 +36,6 @@ fn failure(r: &Report) -> String {
     }
     format!("not met: {}", unmet.join(", "))
 }
-
-/// Why a fencing count with unjudged writes is a lower bound.
-const UNJUDGED: &str = "writes unjudged: a write whose answer was unknown, or that named \
-    no grant the harness observed, is not judged, so stale accepted counts only the judged ones";
 
 /// The confirmation line: per fault kind, planned / injected / confirmed /
 /// skipped (`faults: pause 3 planned, 3 injected, 3 confirmed, 0 skipped`),
@@ -143,7 +140,6 @@ pub fn verdict_table(r: &Report, run_dir: &Path) -> String {
     let mut s = String::new();
     verdict_lines(&mut s, r);
     check_rows(&mut s, r);
-    finding_rows(&mut s, r);
     lower_bound_notes(&mut s, r);
     expectation_rows(&mut s, r);
     run_lines(&mut s, r);
@@ -177,61 +173,115 @@ fn verdict_lines(s: &mut String, r: &Report) {
             let _ = writeln!(s, "  not tested: {gap}");
         }
     }
+    // What each check that failed the run asks, so the verdict reads without
+    // the docs.
+    for d in failed_checks(r) {
+        let _ = writeln!(s, "  {}: {}", d.name, d.summary);
+    }
 }
 
-/// One row per check of the recorded history.
-fn check_rows(s: &mut String, r: &Report) {
+/// Does this row fail the run? INVALID in a run that did not pass, when its
+/// check must hold by default (its descriptor's rule: not `mutex`, whose
+/// verdict is informational). A run that passed with an INVALID check expected
+/// it (a negative control).
+pub fn row_fails(r: &Report, row: &Row) -> bool {
+    row.valid == Some(Validity::Invalid) && !r.passed && row.check.fails == Fails::ByDefault
+}
+
+/// The checks that kept this run from passing, in the descriptors' order: an
+/// expectation of theirs unmet (stated or defaulted: every check that must
+/// hold has one), a coverage gap, a planned fault not injected or not
+/// confirmed. An INVALID check whose expectation allows it is not one.
+pub fn failed_checks(r: &Report) -> Vec<&'static Descriptor> {
+    if r.passed {
+        return Vec::new();
+    }
+    let unmet: Vec<&Descriptor> = r
+        .expectations
+        .iter()
+        .filter(|e| !e.met)
+        .filter_map(|e| descriptor::judged_by(&e.name))
+        .collect();
+    let fault_gap = r
+        .fault_counts
+        .iter()
+        .any(|c| c.skipped > 0 || c.unconfirmed > c.unchecked);
+    let gap = !r.coverage.is_empty() || r.inconclusive.is_some();
+    descriptor::ALL
+        .iter()
+        .copied()
+        .filter(|d| {
+            unmet.contains(d)
+                || (d.name == descriptor::COVERAGE.name && gap)
+                || (d.name == descriptor::FAULTS.name && fault_gap)
+        })
+        .collect()
+}
+
+/// One row of the verdict table: a check or a finding, its verdict and counts.
+pub struct Row {
+    pub check: &'static Descriptor,
+    /// `valid`, `INVALID`, `unknown`; `None` for a finding (shown `finding`).
+    pub valid: Option<Validity>,
+    pub counts: String,
+}
+
+/// Every row a report has, in the descriptors' order: the checks of the recorded
+/// history, then the findings from the service's own record (when it was
+/// observed). The terminal, the JUnit file and its Markdown table render these.
+pub fn rows(r: &Report) -> Vec<Row> {
     let c = &r.checks;
+    let mut out = Vec::new();
+    for d in descriptor::ALL {
+        let counts = match d.name {
+            "fencing" => Some(fencing_counts(r)),
+            "mutex" => Some(mutex_counts(&c.mutex)),
+            "exclusion" => c.exclusion.as_ref().map(exclusion_counts),
+            "counter" => Some(counter_counts(r)),
+            "linearizable" => c.linearizable.as_ref().map(|l| {
+                format!(
+                    "{} operations, model {}, {:.0} ms",
+                    l.operations, l.model, l.elapsed_ms
+                )
+            }),
+            "token" => c.token.as_ref().map(token_counts),
+            _ => None,
+        };
+        if let Some(counts) = counts {
+            out.push(Row {
+                check: d,
+                valid: c.validity(d),
+                counts,
+            });
+        }
+    }
+    out.extend(finding_rows(r));
+    out
+}
+
+/// The mutex row's counts, with why it never fails a run.
+fn mutex_counts(m: &fencecheck_reports::MutexCheck) -> String {
+    let why = match descriptor::MUTEX.fails {
+        Fails::Informational(why) => format!(" ({why})"),
+        _ => String::new(),
+    };
+    format!("{} overlapping holds in {} holds{why}", m.overlaps, m.holds)
+}
+
+/// The table's rows, each `name verdict counts`.
+fn check_rows(s: &mut String, r: &Report) {
     let _ = writeln!(s, "  {:<13} {:<8} counts", "check", "verdict");
-    let _ = writeln!(
-        s,
-        "  {:<13} {:<8} {}",
-        "fencing",
-        c.fencing.valid.to_string(),
-        fencing_counts(r)
-    );
-    let _ = writeln!(
-        s,
-        "  {:<13} {:<8} {} overlapping holds in {} holds (informational: a lease lock is not a mutex)",
-        "mutex",
-        c.mutex.valid.to_string(),
-        c.mutex.overlaps,
-        c.mutex.holds
-    );
-    if let Some(x) = &c.exclusion {
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {}",
-            "exclusion",
-            x.valid.to_string(),
-            exclusion_counts(x)
-        );
-    }
-    counter_row(s, r);
-    if let Some(l) = &c.linearizable {
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {} operations, model {}, {:.0} ms",
-            "linearizable",
-            l.valid.to_string(),
-            l.operations,
-            l.model,
-            l.elapsed_ms
-        );
-    }
-    if let Some(t) = &c.token {
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {}",
-            "token",
-            t.valid.to_string(),
-            token_counts(t)
-        );
+    for row in rows(r) {
+        let verdict = row
+            .valid
+            .map_or_else(|| "finding".to_string(), |v| v.to_string());
+        let _ = writeln!(s, "  {:<13} {:<8} {}", row.check.name, verdict, row.counts);
     }
 }
 
-/// The counter row: lost increments, with why a count is only a lower bound.
-fn counter_row(s: &mut String, r: &Report) {
+/// The counter row's counts: lost increments, with why a count is only a lower
+/// bound.
+fn counter_counts(r: &Report) -> String {
     let c = &r.checks;
     let counter_lb = c.counter.lower_bound.as_deref();
     let inconsistent = r
@@ -240,11 +290,8 @@ fn counter_row(s: &mut String, r: &Report) {
         .find(|e| e.name == "lost_updates")
         .and_then(|e| e.actual.split_once("(counter inconsistent: "))
         .map(|(_, why)| format!(" — inconsistent: {}", why.trim_end_matches(')')));
-    let _ = writeln!(
-        s,
-        "  {:<13} {:<8} {} acknowledged increments, {} lost{}{}{}",
-        "counter",
-        c.counter.valid.to_string(),
+    format!(
+        "{} acknowledged increments, {} lost{}{}{}",
         c.counter.acknowledged,
         floor(c.counter.lost, counter_lb.is_some()),
         match c.counter.lost_fraction {
@@ -257,24 +304,25 @@ fn counter_row(s: &mut String, r: &Report) {
         } else {
             ""
         }
-    );
+    )
 }
 
 /// The findings from the service's own record (when it was observed).
-fn finding_rows(s: &mut String, r: &Report) {
+fn finding_rows(r: &Report) -> Vec<Row> {
     let f = &r.findings;
-    if f.observed {
-        let g = &f.grant_validity;
-        let u = &f.unsafe_window;
-        let used = g
-            .after_session_end
-            .saturating_sub(g.caught_by_client)
-            .saturating_sub(g.during_client_fault);
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {} of {} grants told after the session had ended ({} caught by the client{})",
-            "grant-valid",
-            fencecheck_reports::Validity::from_bool(used == 0).to_string(),
+    if !f.observed {
+        return Vec::new();
+    }
+    let g = &f.grant_validity;
+    let used = g
+        .after_session_end
+        .saturating_sub(g.caught_by_client)
+        .saturating_sub(g.during_client_fault);
+    let mut out = vec![Row {
+        check: &descriptor::GRANT_VALID,
+        valid: Some(Validity::from_bool(used == 0)),
+        counts: format!(
+            "{} of {} grants told after the session had ended ({} caught by the client{})",
             g.after_session_end,
             g.grants,
             g.caught_by_client,
@@ -286,14 +334,16 @@ fn finding_rows(s: &mut String, r: &Report) {
             } else {
                 String::new()
             }
-        );
-        let lb = u.lower_bound.is_some();
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {} holds unsafe ({} outlived their session, {} granted on an ended one): \
+        ),
+    }];
+    let u = &f.unsafe_window;
+    let lb = u.lower_bound.is_some();
+    out.push(Row {
+        check: &descriptor::UNSAFE_WINDOW,
+        valid: None,
+        counts: format!(
+            "{} holds unsafe ({} outlived their session, {} granted on an ended one): \
              {} writes refused, {} accepted, {} reads; window p50 {}{:.0} ms, max {}{:.0} ms{}",
-            "unsafe-window",
-            "finding",
             u.holds,
             u.holds - u.granted_dead.min(u.holds),
             u.granted_dead,
@@ -304,57 +354,76 @@ fn finding_rows(s: &mut String, r: &Report) {
             u.p50_ms,
             if lb { "≥ " } else { "" },
             u.max_ms,
-            if lb { " (lower bound: HTTP storage)" } else { "" }
-        );
-        if u.holds > 0 {
-            let p = &u.post_loss;
-            let n = p.told + p.untold;
-            let (br, ba) = (
-                floor(p.before.writes_refused, lb),
-                floor(p.before.writes_accepted, lb),
-            );
-            let text = if p.told == 0 {
-                format!(
-                    "0 of {n} unsafe holders said they had lost the lock before letting go: \
-                     every write of the windows came before they knew ({br} refused, {ba} accepted)"
-                )
+            if lb {
+                " (lower bound: HTTP storage)"
             } else {
-                format!(
-                    "{} of {n} unsafe holders said they had lost the lock before letting go, p50 \
-                     {:.0} ms (max {:.0} ms) after it went; before they knew: {br} writes \
-                     refused, {ba} accepted; after: {} refused, {} accepted",
-                    p.told,
-                    p.believed_p50_ms,
-                    p.believed_max_ms,
-                    floor(p.after.writes_refused, lb),
-                    floor(p.after.writes_accepted, lb),
-                )
-            };
-            let _ = writeln!(s, "  {:<13} {:<8} {text}", "post-loss", "finding");
-        }
+                ""
+            }
+        ),
+    });
+    if u.holds > 0 {
+        out.push(Row {
+            check: &descriptor::POST_LOSS,
+            valid: None,
+            counts: post_loss_counts(&u.post_loss, lb),
+        });
     }
-    if f.observed {
-        let l = &f.liveness;
-        let _ = writeln!(
-            s,
-            "  {:<13} {:<8} {} waits left waiting ≥ {} s while the lock was free at the service",
-            "liveness",
-            "finding",
-            l.stuck_waits,
-            l.threshold_ms / 1000
-        );
+    out.push(Row {
+        check: &descriptor::LIVENESS,
+        valid: None,
+        counts: format!(
+            "{} waits left waiting ≥ {} s while the lock was free at the service; {} holders \
+             never told that the service had ended their session",
+            f.liveness.stuck_waits,
+            f.liveness.threshold_ms / 1000,
+            f.liveness.untold_holders
+        ),
+    });
+    out
+}
+
+/// The post-loss row: what the unsafe holders did before and after they knew.
+fn post_loss_counts(p: &fencecheck_reports::PostLoss, lb: bool) -> String {
+    let n = p.told + p.untold;
+    let (br, ba) = (
+        floor(p.before.writes_refused, lb),
+        floor(p.before.writes_accepted, lb),
+    );
+    if p.told == 0 {
+        format!(
+            "0 of {n} unsafe holders said they had lost the lock before letting go: \
+             every write of the windows came before they knew ({br} refused, {ba} accepted)"
+        )
+    } else {
+        format!(
+            "{} of {n} unsafe holders said they had lost the lock before letting go, p50 \
+             {:.0} ms (max {:.0} ms) after it went; before they knew: {br} writes \
+             refused, {ba} accepted; after: {} refused, {} accepted",
+            p.told,
+            p.believed_p50_ms,
+            p.believed_max_ms,
+            floor(p.after.writes_refused, lb),
+            floor(p.after.writes_accepted, lb),
+        )
     }
 }
 
 /// The one-line reason for every count marked as a lower bound.
 fn lower_bound_notes(s: &mut String, r: &Report) {
     let (c, f) = (&r.checks, &r.findings);
-    let fence_lb = c.fencing.lower_bound.as_deref();
-    let mut reasons: Vec<&str> = Vec::new();
+    let fence_lb = c.fencing.lower_bound.clone();
+    // Why a fencing count with unjudged writes is a lower bound: the fencing
+    // descriptor's rule.
+    let unjudged = descriptor::FENCING
+        .lower_bound
+        .and_then(|l| l.unjudged)
+        .filter(|_| c.fencing.unjudged > 0)
+        .map(|why| format!("writes unjudged: {why}"));
+    let mut reasons: Vec<String> = Vec::new();
     for why in [
-        fence_lb.or((c.fencing.unjudged > 0).then_some(UNJUDGED)),
-        c.counter.lower_bound.as_deref(),
-        f.unsafe_window.lower_bound.as_deref(),
+        fence_lb.or(unjudged),
+        c.counter.lower_bound.clone(),
+        f.unsafe_window.lower_bound.clone(),
     ]
     .into_iter()
     .flatten()

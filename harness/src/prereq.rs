@@ -31,7 +31,7 @@ impl Places {
     pub fn here() -> Places {
         Places {
             root: PathBuf::from("/"),
-            cache: provision::cache_dir(),
+            cache: crate::scenario::cache_dir(),
         }
     }
 
@@ -124,6 +124,7 @@ const ADAPTERS: &[(&str, &[&str])] = &[
         "redis-py",
         &["/usr/lib/python3/dist-packages/redis/__init__.py"],
     ),
+    ("tooz", &["{cache}/tooz/venv/bin/python"]),
 ];
 
 /// Refuses `s` when something it needs is not installed here: the first such
@@ -226,7 +227,7 @@ fn etcd(want: EtcdVersion, command: &str) -> Result<(), String> {
     Err(format!(
         "etcd {want} is not installed (none in ETCD_BIN, {}, PATH or /usr/bin/etcd, and \
          {how}): run `{command}`",
-        provision::cache_dir()
+        crate::scenario::cache_dir()
             .join(format!("etcd-{want}/etcd"))
             .display()
     ))

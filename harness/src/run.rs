@@ -276,7 +276,7 @@ async fn drive(
     let service = crate::systems::system(dep.service)
         .connect(dep.service, &dep.clients, dep.access.as_ref())
         .await?;
-    let observer = Observer::start(service.clone(), &run.dir)?;
+    let observer = Observer::start(service.clone(), &run.dir).await?;
     let mut workers: Vec<WorkerProc> = match pods {
         Some(pods) => {
             open_gate(&run.dir, end_ns)?;
@@ -741,6 +741,9 @@ async fn heal_phase(
     }
 }
 
+/// How long the run waits for the observer's feed before it starts the workers.
+const OBSERVER_UP: Duration = Duration::from_secs(10);
+
 /// The harness's own watch on the lock service, writing `service.jsonl`.
 struct Observer {
     stop: tokio::sync::watch::Sender<bool>,
@@ -748,22 +751,47 @@ struct Observer {
 }
 
 impl Observer {
-    fn start(service: Arc<dyn LockService>, run_dir: &Path) -> Result<Observer> {
+    /// Starts the observer and returns once its feed is up, so that no grant of
+    /// the run comes before it (the workers start after this). A feed not up
+    /// within OBSERVER_UP is recorded as a gap: acquisitions near it are then
+    /// unobserved, never judged phantoms.
+    async fn start(service: Arc<dyn LockService>, run_dir: &Path) -> Result<Observer> {
         let out = ObservationWriter::create(&run_dir.join(rundir::SERVICE_OBSERVATIONS))
             .context("cannot create the service observation file")?;
+        let mut up = out.readiness();
+        let started = std::time::Instant::now();
         let (stop, rx) = tokio::sync::watch::channel(false);
+        let feed = out.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = service.observe(out, rx).await {
+            if let Err(e) = service.observe(feed, rx).await {
                 tracing::warn!("service observer stopped: {e:#}");
             }
         });
+        if tokio::time::timeout(OBSERVER_UP, up.wait_for(|u| *u))
+            .await
+            .is_err()
+        {
+            let error = format!(
+                "the observer's feed was not up {}s after it started",
+                OBSERVER_UP.as_secs()
+            );
+            tracing::warn!("{error}");
+            out.write(&crate::record::observe::Observation::Gap {
+                time_ns: monotonic_ns(),
+                error,
+            });
+        } else {
+            tracing::debug!("the observer's feed was up after {:?}", started.elapsed());
+        }
         Ok(Observer { stop, task })
     }
 
     async fn stop(self) {
         let _ = self.stop.send(true);
         let mut task = self.task;
-        if tokio::time::timeout(Duration::from_secs(3), &mut task)
+        // Room for the observer to settle (its watch's last events, a list: up
+        // to 3 s each), then it is cut off.
+        if tokio::time::timeout(Duration::from_secs(8), &mut task)
             .await
             .is_err()
         {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, Result};
-use fencecheck_reports::{Report, SuiteEntry};
+use fencecheck_reports::{descriptor, Report, SuiteEntry};
 
 use crate::run::{self, Overrides, RunError};
 
@@ -106,7 +106,8 @@ pub async fn run_suite(
     Ok(outcomes)
 }
 
-fn verdict_word(o: &Outcome) -> &'static str {
+/// PASS, INCOMPLETE, INCONCLUSIVE, FAIL, or ERROR for a run that could not run.
+pub fn verdict_word(o: &Outcome) -> &'static str {
     match &o.report {
         Some(r) if r.passed => "PASS",
         Some(r) if r.incomplete.is_some() => "INCOMPLETE",
@@ -179,6 +180,16 @@ pub fn summary_table(outcomes: &[Outcome], out: &Path) -> String {
             o.elapsed_s,
             counts(o)
         ));
+    }
+    // What each check that failed a run asks, once for the suite.
+    for d in descriptor::ALL {
+        let failed = outcomes
+            .iter()
+            .filter_map(|o| o.report.as_ref())
+            .any(|r| crate::output::failed_checks(r).contains(d));
+        if failed {
+            s.push_str(&format!("  {}: {}\n", d.name, d.summary));
+        }
     }
     let passed = outcomes
         .iter()

@@ -43,13 +43,11 @@ pub mod recording;
 
 use recording::{Current, Log, Recording};
 
-/// Where the harness passes a worker its service's access material
-/// (`lock.access` of its [`WorkerConfig`], JSON: a bearer token for Kubernetes
-/// Lease): the environment, which only its own user reads
-/// (`/proc/PID/environ`), not the command line, which every user of the
-/// machine reads; in a pod, from a Secret, not the pod's spec. Not passed on
-/// to a `[client]` adapter (it gets the token in `open`).
-pub const ACCESS_ENV: &str = "FENCECHECK_WORKER_ACCESS";
+/// Where the harness passes a worker its service's access material (the
+/// `lock.access` of its [`WorkerConfig`]); defined beside that material, so the
+/// adapter's child (`systems/external/`) keeps it from the adapter without
+/// importing the worker.
+pub use crate::systems::service::ACCESS_ENV;
 
 /// Everything a worker process needs, passed as one JSON argument, all but
 /// the access material ([`ACCESS_ENV`]).

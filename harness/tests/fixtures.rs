@@ -464,6 +464,15 @@ fn adapter_crash() {
     assert!(why.contains(".client.log:1: usage: client.py"), "{why}");
 }
 
+#[test]
+fn tooz_etcd3gw_untold() {
+    let r = recheck("tooz-etcd3gw-untold");
+    assert!(!r.passed && r.inconclusive.is_none());
+    assert!(!met(&r, "untold_holders"));
+    assert!(r.findings.liveness.untold_holders > 0);
+    assert_eq!(r.stats.keepalive_lost, 0);
+}
+
 /// Every fixture directory has its test above (a new fixture without one fails
 /// here), and each says how it was recorded.
 #[test]
@@ -482,6 +491,7 @@ fn every_fixture_is_tested_and_described() {
         "unobserved-grants",
         "python-etcd3-with",
         "adapter-crash",
+        "tooz-etcd3gw-untold",
     ];
     let mut found: Vec<String> = std::fs::read_dir(fixtures_dir())
         .expect("fixtures dir")

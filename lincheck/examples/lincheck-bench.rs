@@ -3,10 +3,13 @@
 //!
 //! `cargo run --release -p fencecheck-lincheck --example lincheck-bench [-- --quick]`
 //! runs the table; one shape alone (what the README's repeated figures use):
-//! `lincheck-bench --child MODEL OPS KEYS INJECT(0|1) PENDING_FRACTION [CLIENTS] [BUDGET_S]`
+//! `lincheck-bench --child MODEL OPS KEYS INJECT(0|1) PENDING_FRACTION [CLIENTS] [BUDGET_S] [fast|search]`
+//! (`search`: the finder and the search alone, as before the witness path).
 
 use lincheck::gen::{generate, write_jsonl, GenConfig};
-use lincheck::{check, parse_jsonl, Model, Validity};
+use lincheck::{
+    check_with_options, parse_jsonl, CheckOptions, FencedModel, KvModel, Model, Validity,
+};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -39,7 +42,7 @@ struct Shape {
 /// The check's time budget; a shape that hits it reports `unknown`.
 const DEFAULT_BUDGET_S: u64 = 120;
 
-fn child_check(s: &Shape, budget: Duration) -> Result<String, String> {
+fn child_check(s: &Shape, budget: Duration, witnesses: bool) -> Result<String, String> {
     let model: Model = s.model.parse()?;
     let mut cfg = GenConfig::new(model, s.ops, s.clients, s.keys, 42);
     cfg.inject_violation = s.inject;
@@ -49,7 +52,16 @@ fn child_check(s: &Shape, budget: Duration) -> Result<String, String> {
     let gen_s = t.elapsed().as_secs_f64();
     let rss_before = status_kb("VmRSS:");
     let t = Instant::now();
-    let r = check(&g.ops, model, Some(budget)).map_err(|e| e.to_string())?;
+    let opts = CheckOptions {
+        timeout: Some(budget),
+        witnesses,
+        log: None,
+    };
+    let r = match model {
+        Model::Kv => check_with_options(&g.ops, &KvModel, &opts),
+        Model::Fenced => check_with_options(&g.ops, &FencedModel, &opts),
+    }
+    .map_err(|e| e.to_string())?;
     let check_s = t.elapsed().as_secs_f64();
     let hwm = status_kb("VmHWM:");
     let visited: u64 = r.partitions.iter().map(|p| p.visited).sum();
@@ -63,8 +75,21 @@ fn child_check(s: &Shape, budget: Duration) -> Result<String, String> {
         Validity::NotLinearizable => "INVALID",
         Validity::Unknown => "unknown",
     };
+    // Which path decided how many partitions, e.g. `witness:10,search:0`.
+    let mut paths: Vec<(String, usize)> = Vec::new();
+    for p in &r.partitions {
+        let name = p.decided_by.to_string();
+        match paths.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => paths.push((name, 1)),
+        }
+    }
+    if let Some(why) = r.partitions.iter().find_map(|p| p.fallback.as_ref()) {
+        eprintln!("first fallback: {why}");
+    }
+    let paths: Vec<String> = paths.iter().map(|(n, c)| format!("{n}:{c}")).collect();
     Ok(format!(
-        "{verdict} {} {check_s:.3} {:.0} {:.0} {visited} {gen_s:.2}",
+        "{verdict} {} {check_s:.3} {:.0} {:.0} {visited} {gen_s:.2} {}",
         if r.valid == expect && (s.inject == g.injected.is_some()) {
             "ok"
         } else {
@@ -72,6 +97,7 @@ fn child_check(s: &Shape, budget: Duration) -> Result<String, String> {
         },
         mib(hwm),
         mib(rss_before),
+        paths.join(","),
     ))
 }
 
@@ -112,7 +138,8 @@ fn main() {
             .get(8)
             .and_then(|a| a.parse().ok())
             .unwrap_or(DEFAULT_BUDGET_S);
-        match child_check(&s, Duration::from_secs(budget)) {
+        let witnesses = args.get(9).is_none_or(|a| a != "search");
+        match child_check(&s, Duration::from_secs(budget), witnesses) {
             Ok(line) => println!("{line}"),
             Err(e) => println!("error {e}"),
         }
@@ -152,38 +179,32 @@ fn main() {
         println!("parse: {line}\n");
     }
 
-    let big = if quick { 100_000 } else { 1_000_000 };
-    let one = if quick { 10_000 } else { 100_000 };
-    // (model, ops, keys, clients)
-    let plain = [
-        ("kv", big, 1000, 16),
-        ("kv", big, 10, 16),
-        ("kv", 10_000, 1, 16),
-        ("kv", one, 1, 16),
-        ("fenced", big, 1000, 16),
-        ("fenced", big, 10, 16),
-        ("fenced", one, 1, 16),
-        // Many clients on one key: a wide concurrency window.
-        ("kv", one, 1, 64),
-        ("kv", big, 1, 64),
-        ("fenced", one, 1, 64),
-        ("fenced", big, 1, 64),
+    // Every shape at 100k and 1M operations (10k and 100k with --quick).
+    let sizes = if quick {
+        [10_000, 100_000]
+    } else {
+        [100_000, 1_000_000]
+    };
+    // (model, keys, clients, fraction of ops that never return)
+    let kinds = [
+        ("kv", 1000, 16, 0.0),
+        ("kv", 10, 16, 0.0),
+        ("kv", 1, 16, 0.0),
+        ("kv", 1, 64, 0.0),
+        ("kv", 10, 16, 0.01),
+        ("kv", 1, 16, 0.01),
+        ("kv", 1, 16, 0.05),
+        ("fenced", 1000, 16, 0.0),
+        ("fenced", 10, 16, 0.0),
+        ("fenced", 1, 16, 0.0),
+        ("fenced", 1, 64, 0.0),
+        ("fenced", 10, 16, 0.01),
+        ("fenced", 1, 16, 0.01),
+        ("fenced", 1, 16, 0.05),
     ];
-    // The same kind of shapes with 1% (and 5%) of operations never returning.
-    let with_timeouts = [
-        ("kv", big, 10, 16),
-        ("kv", one, 1, 16),
-        ("fenced", big, 10, 16),
-        ("fenced", one, 1, 16),
-    ];
-    let many_timeouts = [("kv", one, 1, 16), ("fenced", one, 1, 16)];
     let mut shapes = vec![];
-    for (list, timeout_rate) in [
-        (&plain[..], 0.0),
-        (&with_timeouts[..], 0.01),
-        (&many_timeouts[..], 0.05),
-    ] {
-        for &(model, ops, keys, clients) in list {
+    for &(model, keys, clients, timeout_rate) in &kinds {
+        for ops in sizes {
             for inject in [false, true] {
                 shapes.push(Shape {
                     model,
@@ -196,46 +217,55 @@ fn main() {
             }
         }
     }
+    // `--compare`: each shape also with the finder and the search alone.
+    let compare = args.iter().any(|a| a == "--compare");
+    let budget = if quick { "30" } else { "60" };
 
-    println!("| model | ops | keys | clients | never return | injected | verdict | check s | peak RSS MiB | RSS before check MiB | configs visited |");
-    println!("|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|");
+    println!("| model | ops | keys | clients | never return | injected | verdict | check s | decided by | peak RSS MiB | configs visited | search alone: verdict, check s, peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---|---|---:|---|---:|---:|---|");
     for s in &shapes {
-        let line = run(&[
-            "--child".into(),
-            s.model.into(),
-            s.ops.to_string(),
-            s.keys.to_string(),
-            if s.inject { "1" } else { "0" }.into(),
-            s.timeout_rate.to_string(),
-            s.clients.to_string(),
-        ]);
+        let child = |path: &str| {
+            run(&[
+                "--child".into(),
+                s.model.into(),
+                s.ops.to_string(),
+                s.keys.to_string(),
+                if s.inject { "1" } else { "0" }.into(),
+                s.timeout_rate.to_string(),
+                s.clients.to_string(),
+                budget.into(),
+                path.into(),
+            ])
+        };
+        let line = child("fast");
+        let other = if compare {
+            let o = child("search");
+            let g: Vec<&str> = o.split_whitespace().collect();
+            if g.len() == 8 {
+                format!("{} {}, {}, {}", g[0], g[1], g[2], g[3])
+            } else {
+                o
+            }
+        } else {
+            String::new()
+        };
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() == 7 {
+        let head = format!(
+            "| {} | {} | {} | {} | {}% | {} |",
+            s.model,
+            s.ops,
+            s.keys,
+            s.clients,
+            s.timeout_rate * 100.0,
+            if s.inject { "yes" } else { "no" },
+        );
+        if f.len() == 8 {
             println!(
-                "| {} | {} | {} | {} | {}% | {} | {} {} | {} | {} | {} | {} |",
-                s.model,
-                s.ops,
-                s.keys,
-                s.clients,
-                s.timeout_rate * 100.0,
-                if s.inject { "yes" } else { "no" },
-                f[0],
-                f[1],
-                f[2],
-                f[3],
-                f[4],
-                f[5]
+                "{head} {} {} | {} | {} | {} | {} | {other} |",
+                f[0], f[1], f[2], f[7], f[3], f[5]
             );
         } else {
-            println!(
-                "| {} | {} | {} | {} | {}% | {} | {line} | | | | |",
-                s.model,
-                s.ops,
-                s.keys,
-                s.clients,
-                s.timeout_rate * 100.0,
-                s.inject
-            );
+            println!("{head} {line} | | | | | {other} |");
         }
     }
 }

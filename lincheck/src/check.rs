@@ -1,17 +1,16 @@
 //! P-compositional driver: partition by key, check partitions in parallel,
 //! stop at the first violation.
 
-use crate::counterexample::{counterexample, view};
+use crate::decide::Decision;
 use crate::model::{FencedModel, Interner, KvModel, Model, SeqModel};
 use crate::op::Op;
-use crate::refute::{refute, Refutation};
-use crate::search::{search, Limits, Outcome, Prepared, MAX_PARTITION};
+use crate::refute::refute;
+use crate::search::{Prepared, MAX_PARTITION};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Verdict; serialises as `true`, `false` or `"unknown"`.
@@ -44,6 +43,34 @@ impl fmt::Display for Validity {
     }
 }
 
+/// Which path decided a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedBy {
+    /// A linearization built from the resource's log order, verified.
+    Log,
+    /// A linearization built from unique values and tokens, verified.
+    Witness,
+    /// The violation finder proved it not linearizable.
+    Finder,
+    /// The search decided (or ran out of time: `valid` is then `unknown`).
+    Search,
+    /// Not checked: another partition failed first, or no time was left.
+    Undecided,
+}
+
+impl fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DecidedBy::Log => "log",
+            DecidedBy::Witness => "witness",
+            DecidedBy::Finder => "finder",
+            DecidedBy::Search => "search",
+            DecidedBy::Undecided => "undecided",
+        })
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct PartitionResult {
     pub key: String,
@@ -51,6 +78,37 @@ pub struct PartitionResult {
     pub valid: Validity,
     /// Distinct configurations (linearized set + model state) visited.
     pub visited: u64,
+    /// Which path decided.
+    pub decided_by: DecidedBy,
+    /// Why the witness path could not order the partition (it then fell
+    /// back to the finder and the search); absent when it did, or was off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+/// How to check: the time budget, whether to try the witness path first,
+/// and the resource's own order of applied operations when there is one.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckOptions<'a> {
+    /// Past it, undecided partitions are `unknown` (never `true`).
+    pub timeout: Option<Duration>,
+    /// Build and verify a linearization from the witnesses before any
+    /// search (default). `false` runs the finder and the search alone.
+    pub witnesses: bool,
+    /// For each op of the checked slice, its position in the resource's
+    /// log of applied operations (`None`: not in the log). Per key, the ops
+    /// in the log are tried in log order first.
+    pub log: Option<&'a [Option<u64>]>,
+}
+
+impl Default for CheckOptions<'_> {
+    fn default() -> Self {
+        CheckOptions {
+            timeout: None,
+            witnesses: true,
+            log: None,
+        }
+    }
 }
 
 /// An op as shown in a counterexample.
@@ -155,7 +213,7 @@ fn threads() -> usize {
 
 /// Runs `f` on every index in `0..n` over a few threads, biggest-first order
 /// being the caller's job.
-fn par_for(n: usize, f: impl Fn(usize) + Sync) {
+pub(crate) fn par_for(n: usize, f: impl Fn(usize) + Sync) {
     let t = threads().min(n);
     if t <= 1 {
         (0..n).for_each(f);
@@ -181,8 +239,33 @@ pub fn check_with<M: SeqModel>(
     model: &M,
     timeout: Option<Duration>,
 ) -> Result<CheckResult, InputError> {
+    let opts = CheckOptions {
+        timeout,
+        ..CheckOptions::default()
+    };
+    check_with_options(ops, model, &opts)
+}
+
+/// Checks `ops` against any [`SeqModel`] with explicit [`CheckOptions`].
+pub fn check_with_options<M: SeqModel>(
+    ops: &[Op],
+    model: &M,
+    opts: &CheckOptions,
+) -> Result<CheckResult, InputError> {
     let start = Instant::now();
-    let deadline = timeout.map(|t| start + t);
+    let deadline = opts.timeout.map(|t| start + t);
+    if let Some(log) = opts.log {
+        if log.len() != ops.len() {
+            return Err(InputError {
+                index: 0,
+                message: format!(
+                    "the log order has {} entries for {} ops",
+                    log.len(),
+                    ops.len()
+                ),
+            });
+        }
+    }
 
     for (i, op) in ops.iter().enumerate() {
         if let Some(r) = op.return_ns {
@@ -248,41 +331,27 @@ pub fn check_with<M: SeqModel>(
     }
 
     // The budget covers the whole check; one already spent on preparing
-    // the partitions decides nothing (the search polls it only every few
-    // thousand steps, the finder not at all).
+    // the partitions decides nothing.
     let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
-    // The violation finder first, on every partition (linear time): a
-    // violation it proves needs no exhaustive search.
-    let refuted: Vec<Mutex<Option<Refutation>>> =
-        (0..parts.len()).map(|_| Mutex::new(None)).collect();
-    par_for(if out_of_time { 0 } else { parts.len() }, |k| {
-        let r = refute(model, &parts[k].ops, parts[k].values.len());
-        if let Ok(mut g) = refuted[k].lock() {
-            *g = r;
-        }
-    });
-    let refuted: Vec<Option<Refutation>> = refuted
-        .into_iter()
-        .map(|m| m.into_inner().ok().flatten())
-        .collect();
-    let results = match refuted.iter().position(Option::is_some) {
-        _ if out_of_time => vec![None; parts.len()],
-        Some(k) => explain_violation(model, ops, &parts, k, &refuted, deadline),
-        None => search_all(model, ops, &parts, deadline),
+    let results = if out_of_time {
+        (0..parts.len()).map(|_| Decision::undecided()).collect()
+    } else if opts.witnesses {
+        crate::decide::decide(model, ops, &parts, opts.log, deadline)
+    } else {
+        crate::decide::decide_by_search(model, ops, &parts, deadline)
     };
 
     let mut partitions = Vec::with_capacity(parts.len());
     let mut counterexample = None;
     let mut any_unknown = false;
     let mut any_invalid = false;
-    for (part, r) in parts.iter().zip(results) {
-        let (valid, visited, ce) = r.unwrap_or((Validity::Unknown, 0, None));
-        match valid {
+    for (part, d) in parts.iter().zip(results) {
+        match d.valid {
             Validity::Unknown => any_unknown = true,
             Validity::NotLinearizable => {
                 any_invalid = true;
                 if counterexample.is_none() {
-                    counterexample = ce;
+                    counterexample = d.ce;
                 }
             }
             Validity::Linearizable => {}
@@ -290,8 +359,10 @@ pub fn check_with<M: SeqModel>(
         partitions.push(PartitionResult {
             key: part.key.clone(),
             ops: part.nops,
-            valid,
-            visited,
+            valid: d.valid,
+            visited: d.visited,
+            decided_by: d.decided_by,
+            fallback: d.fallback,
         });
     }
     let valid = if any_invalid {
@@ -326,117 +397,6 @@ pub fn violation_proved(ops: &[Op], model: Model) -> Result<bool, InputError> {
         Model::Kv => any(ops, &KvModel),
         Model::Fenced => any(ops, &FencedModel),
     }
-}
-
-/// A partition's verdict, configurations visited and counterexample;
-/// `None` for a partition not checked because another one failed.
-type Verdict = (Validity, u64, Option<Counterexample>);
-
-/// Configurations the counterexample search for an already proved
-/// violation may visit after reaching its deepest prefix (see
-/// `Limits::known_invalid`). Histories whose search needs fewer get the
-/// same counterexample as from a full search.
-const COUNTEREXAMPLE_PATIENCE: u64 = 50_000;
-
-/// No partition was proved invalid up front: search them all, biggest
-/// first so a long one does not start last, stopping at the first violation.
-fn search_all<M: SeqModel>(
-    model: &M,
-    ops: &[Op],
-    parts: &[Part<M::Input>],
-    deadline: Option<Instant>,
-) -> Vec<Option<Verdict>> {
-    let mut order: Vec<usize> = (0..parts.len()).collect();
-    order.sort_by_key(|&k| std::cmp::Reverse(parts[k].ops.len()));
-    let cancel = AtomicBool::new(false);
-    let limits = Limits {
-        deadline,
-        cancel: &cancel,
-        known_invalid: None,
-    };
-    let results: Vec<Mutex<Option<Verdict>>> = (0..parts.len()).map(|_| Mutex::new(None)).collect();
-    par_for(order.len(), |j| {
-        let k = order[j];
-        let part = &parts[k];
-        if cancel.load(Ordering::Relaxed) {
-            return;
-        }
-        let (outcome, stats) = search(model, &part.ops, &part.values, &limits);
-        let r = match outcome {
-            Outcome::Ok => (Validity::Linearizable, stats.visited, None),
-            Outcome::Unknown => (Validity::Unknown, stats.visited, None),
-            Outcome::Illegal { best, state } | Outcome::GaveUp { best, state } => {
-                cancel.store(true, Ordering::Relaxed);
-                let ce = counterexample(model, ops, part, &best, &state);
-                (Validity::NotLinearizable, stats.visited, Some(ce))
-            }
-        };
-        if let Ok(mut g) = results[k].lock() {
-            *g = Some(r);
-        }
-    });
-    results
-        .into_iter()
-        .map(|m| m.into_inner().ok().flatten())
-        .collect()
-}
-
-/// Partitions in `refuted` are proved not linearizable; the first one, `k`,
-/// gets a counterexample from a search that stops once it has its longest
-/// prefix (the verdict does not depend on it). The partitions not proved
-/// invalid are left unchecked, as after any violation.
-fn explain_violation<M: SeqModel>(
-    model: &M,
-    ops: &[Op],
-    parts: &[Part<M::Input>],
-    k: usize,
-    refuted: &[Option<Refutation>],
-    deadline: Option<Instant>,
-) -> Vec<Option<Verdict>> {
-    let mut results: Vec<Option<Verdict>> = refuted
-        .iter()
-        .map(|r| r.as_ref().map(|_| (Validity::NotLinearizable, 0, None)))
-        .collect();
-    let part = &parts[k];
-    let cancel = AtomicBool::new(false);
-    let limits = Limits {
-        deadline,
-        cancel: &cancel,
-        known_invalid: Some(COUNTEREXAMPLE_PATIENCE),
-    };
-    let (outcome, stats) = search(model, &part.ops, &part.values, &limits);
-    let (best, state, disagree) = match outcome {
-        Outcome::Illegal { best, state } | Outcome::GaveUp { best, state } => (best, state, false),
-        Outcome::Ok | Outcome::Unknown => {
-            // The finder's conditions are necessary for linearizability, so
-            // an exhaustive search cannot succeed here; if it ever did, one
-            // of the two has a bug. Keep the proved verdict and show where
-            // the proof lies.
-            debug_assert!(
-                false,
-                "search and violation finder disagree on {:?}",
-                part.key
-            );
-            (Vec::new(), model.init(), true)
-        }
-    };
-    let mut ce = counterexample(model, ops, part, &best, &state);
-    if let Some(r) = &refuted[k] {
-        let proof_ops: Vec<OpView> = r
-            .ops()
-            .iter()
-            .map(|&i| view(ops, part.ops[i as usize].orig, None))
-            .collect();
-        if disagree {
-            ce.unplaceable = proof_ops.clone();
-        }
-        ce.proof = Some(Proof {
-            reason: r.explain(&|v| part.values.value(v).to_string()),
-            ops: proof_ops,
-        });
-    }
-    results[k] = Some((Validity::NotLinearizable, stats.visited, Some(ce)));
-    results
 }
 
 fn key_hash(k: &str) -> u64 {

@@ -1,8 +1,11 @@
 //! Body of `fencecheck lincheck FILE.jsonl [--model kv|fenced] [--timeout 60s]`.
 
-use crate::check::{check, CheckResult, OpView, Validity};
-use crate::model::Model;
-use crate::parse::parse_jsonl_with_lines;
+use crate::check::{
+    check_with_options, CheckOptions, CheckResult, DecidedBy, InputError, OpView, Validity,
+};
+use crate::model::{FencedModel, KvModel, Model};
+use crate::op::Op;
+use crate::parse::{parse_history, History};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -22,7 +25,7 @@ pub fn command(path: &Path, model: &str, timeout: Duration) -> i32 {
         }
     };
     let t0 = Instant::now();
-    let (ops, lines) = match parse_jsonl_with_lines(path) {
+    let History { ops, lines, log } = match parse_history(path) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("lincheck: {}: {e}", path.display());
@@ -38,7 +41,12 @@ pub fn command(path: &Path, model: &str, timeout: Duration) -> i32 {
         parse_s
     );
     let line_of = |i: usize| lines.get(i).copied().unwrap_or(0);
-    let result = match check(&ops, model, Some(timeout)) {
+    let opts = CheckOptions {
+        timeout: Some(timeout),
+        log: log.as_deref(),
+        ..CheckOptions::default()
+    };
+    let result = match check_model(&ops, model, &opts) {
         Ok(r) => r,
         Err(e) => {
             eprintln!(
@@ -55,6 +63,13 @@ pub fn command(path: &Path, model: &str, timeout: Duration) -> i32 {
         Validity::Linearizable => EXIT_LINEARIZABLE,
         Validity::NotLinearizable => EXIT_NOT_LINEARIZABLE,
         Validity::Unknown => EXIT_UNKNOWN,
+    }
+}
+
+fn check_model(ops: &[Op], model: Model, opts: &CheckOptions) -> Result<CheckResult, InputError> {
+    match model {
+        Model::Kv => check_with_options(ops, &KvModel, opts),
+        Model::Fenced => check_with_options(ops, &FencedModel, opts),
     }
 }
 
@@ -93,6 +108,24 @@ pub fn render(r: &CheckResult, line_of: &dyn Fn(usize) -> u32) -> String {
         visited,
         r.valid
     );
+    // Which path decided how many partitions, and why the first partition
+    // the witness path could not order fell back.
+    let mut paths: Vec<(DecidedBy, usize)> = Vec::new();
+    for p in &r.partitions {
+        match paths.iter_mut().find(|(q, _)| *q == p.decided_by) {
+            Some((_, c)) => *c += 1,
+            None => paths.push((p.decided_by, 1)),
+        }
+    }
+    let paths: Vec<String> = paths.iter().map(|(p, c)| format!("{p} {c}")).collect();
+    s.push_str(&format!("decided by: {}\n", paths.join(", ")));
+    if let Some(p) = r.partitions.iter().find(|p| p.fallback.is_some()) {
+        s.push_str(&format!(
+            "  key {:?} fell back to the finder and search: {}\n",
+            p.key,
+            p.fallback.as_deref().unwrap_or_default()
+        ));
+    }
     if r.valid == Validity::Unknown {
         let undecided = r
             .partitions

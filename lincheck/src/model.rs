@@ -177,6 +177,22 @@ pub trait SeqModel: Sync {
     fn state_bound(&self, _state: &Self::State) -> Option<i64> {
         None
     }
+    /// Optional hint for the witness path (`witness.rs`): the value this op
+    /// replaces whenever it installs its `value_produced` (a cas's expected
+    /// value, also when its outcome is unknown). The witness path chains the
+    /// run of that value to the run of the produced one. Used only to build a
+    /// candidate order that is then verified step by step, so a wrong answer
+    /// costs a fallback to the search, never a wrong verdict.
+    fn value_consumed(&self, _input: &Self::Input) -> Option<u32> {
+        None
+    }
+    /// Optional hint for the witness path: the `state_bound` after this op
+    /// takes effect (a fenced write's token). The witness path orders the
+    /// runs of values by it first, as a monotone bound forces. Like
+    /// `value_consumed`, only a guide for a verified order.
+    fn bound_produced(&self, _input: &Self::Input) -> Option<i64> {
+        None
+    }
     /// Optional symmetry hint: never-returned ops with equal keys must behave
     /// identically except for the value they produce (`value_produced`).
     /// When those values are fresh (mentioned by no other op) such ops are
@@ -341,6 +357,17 @@ impl SeqModel for KvModel {
                     ..
                 }
         )
+    }
+
+    fn value_consumed(&self, input: &KvInput) -> Option<u32> {
+        match *input {
+            KvInput::Cas {
+                expected,
+                out: None | Some(true),
+                ..
+            } => Some(expected),
+            _ => None,
+        }
     }
 
     fn shape_key(&self, input: &KvInput) -> Option<u64> {
@@ -516,6 +543,17 @@ impl SeqModel for FencedModel {
 
     fn state_bound(&self, s: &FencedState) -> Option<i64> {
         s.max_token
+    }
+
+    fn bound_produced(&self, input: &FencedInput) -> Option<i64> {
+        match *input {
+            FencedInput::Write {
+                token,
+                out: None | Some(true),
+                ..
+            } => Some(token),
+            _ => None,
+        }
     }
 
     fn shape_key(&self, input: &FencedInput) -> Option<u64> {

@@ -87,7 +87,7 @@ pub struct Op {
     pub unknown: bool,
 }
 
-fn required_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn required_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     Option::<u64>::deserialize(d)
 }
 

@@ -42,7 +42,11 @@ pub(crate) struct Prepared<I> {
 }
 
 pub(crate) enum Outcome<S> {
-    Ok,
+    /// Linearizable; `order` is the linearization found (indices into the
+    /// partition; never-returned ops left out did not take effect).
+    Ok {
+        order: Vec<u32>,
+    },
     /// `best` is the deepest linearization reached (indices into the
     /// partition, in linearization order) and `state` the state after it.
     Illegal {
@@ -72,6 +76,10 @@ pub(crate) struct Limits<'a> {
     /// prefix so far (or at the deadline or on cancel), returning `GaveUp`
     /// with that prefix.
     pub known_invalid: Option<u64>,
+    /// Give up (`Unknown`) past this many configurations: the witness path
+    /// searches small blocks this way and prefers falling back to running
+    /// into an exponential corner.
+    pub max_configs: Option<u64>,
 }
 
 pub(crate) struct SearchStats {
@@ -175,11 +183,12 @@ fn first_return<I>(
     u64::MAX
 }
 
-/// Checks one partition; `ops` must be sorted by call time.
+/// Checks one partition from state `init`; `ops` must be sorted by call time.
 pub(crate) fn search<M: SeqModel>(
     model: &M,
     ops: &[Prepared<M::Input>],
     values: &Interner,
+    init: M::State,
     limits: &Limits,
 ) -> (Outcome<M::State>, SearchStats) {
     let n = ops.len();
@@ -296,7 +305,7 @@ pub(crate) fn search<M: SeqModel>(
     let mut hi1: u32 = 0;
     let mut zob: u64 = 0;
 
-    let mut state = model.init();
+    let mut state = init;
 
     let need_of = |op: &Prepared<M::Input>| {
         if op.pending {
@@ -388,6 +397,10 @@ pub(crate) fn search<M: SeqModel>(
     limit = first_return(&links, head_c, &node_is_call, &node_op, ops);
     let mut node = links.next[head_p as usize];
     let mut iter: u64 = 0;
+    // Model steps taken: the deadline is polled every 1024 of them (and
+    // every 4096 scan iterations), so the search stops within about a
+    // millisecond of it however the time is spent.
+    let mut steps: u64 = 0;
 
     macro_rules! stats {
         () => {
@@ -399,12 +412,14 @@ pub(crate) fn search<M: SeqModel>(
 
     'outer: loop {
         iter += 1;
-        if iter & 0xFFF == 0 {
+        if iter & 0xFFF == 0 || steps >= 0x400 {
+            steps = 0;
             let out_of_patience = limits
                 .known_invalid
                 .is_some_and(|p| memo.len() as u64 > p + visited_at_best);
             let out_of_time = limits.cancel.load(Ordering::Relaxed)
-                || limits.deadline.is_some_and(|d| Instant::now() >= d);
+                || limits.deadline.is_some_and(|d| Instant::now() >= d)
+                || limits.max_configs.is_some_and(|m| memo.len() as u64 > m);
             if out_of_patience || out_of_time {
                 let outcome = if limits.known_invalid.is_some() {
                     Outcome::GaveUp {
@@ -418,7 +433,8 @@ pub(crate) fn search<M: SeqModel>(
             }
         }
         if lin_completed == completed {
-            return (Outcome::Ok, stats!());
+            let order = stack.iter().map(|f| f.op).collect();
+            return (Outcome::Ok { order }, stats!());
         }
         let is_candidate = if pass == 1 {
             if node == NIL || !node_is_call[node as usize] {
@@ -453,6 +469,7 @@ pub(crate) fn search<M: SeqModel>(
         if is_candidate {
             let i = node_op[node as usize];
             let op = &ops[i as usize];
+            steps += 1;
             let stepped = model.step(&state, &op.input).filter(|ns| {
                 // A never-returned op that changes nothing here can be left
                 // out of the linearization instead, so placing it would only

@@ -275,3 +275,55 @@ fn failed_cas_inside_a_run_of_its_value_is_proved() {
     ];
     assert_eq!(verdict(Model::Kv, &edge), Validity::Linearizable);
 }
+
+#[test]
+fn the_log_order_decides_and_is_not_trusted() {
+    use lincheck::{check_with_options, CheckOptions, DecidedBy, KvModel};
+    let run = |ops: &[Op], log: &[Option<u64>]| {
+        let opts = CheckOptions {
+            log: Some(log),
+            ..CheckOptions::default()
+        };
+        check_with_options(ops, &KvModel, &opts).expect("valid input")
+    };
+    // Two concurrent writes and a read of the first: only "2 then 1" fits.
+    let ops = [w(0, 10, json!(1)), w(0, 10, json!(2)), r(20, 30, json!(1))];
+    let res = run(&ops, &[Some(1), Some(0), Some(2)]);
+    assert_eq!(res.valid, Validity::Linearizable);
+    assert_eq!(res.partitions[0].decided_by, DecidedBy::Log);
+    // A log in the other order does not verify; the values order it.
+    let res = run(&ops, &[Some(0), Some(1), Some(2)]);
+    assert_eq!(res.valid, Validity::Linearizable);
+    assert_eq!(res.partitions[0].decided_by, DecidedBy::Witness);
+    // No log makes a stale read valid.
+    let stale = [w(0, 10, json!(1)), w(20, 30, json!(2)), r(40, 50, json!(1))];
+    let res = run(&stale, &[Some(1), Some(0), Some(2)]);
+    assert_eq!(res.valid, Validity::NotLinearizable);
+    // A log of the wrong length is an input error.
+    let opts = CheckOptions {
+        log: Some(&[Some(0)]),
+        ..CheckOptions::default()
+    };
+    assert!(check_with_options(&ops, &KvModel, &opts).is_err());
+}
+
+#[test]
+fn a_history_the_witnesses_cannot_order_falls_back_and_says_why() {
+    // Value 1 is written twice and read: the values cannot order it.
+    let ops = [
+        w(0, 10, json!(1)),
+        w(20, 30, json!(2)),
+        w(40, 50, json!(1)),
+        r(60, 70, json!(1)),
+    ];
+    let res = check(&ops, Model::Kv, None).expect("valid input");
+    assert_eq!(res.valid, Validity::Linearizable);
+    let p = &res.partitions[0];
+    assert_eq!(p.decided_by, lincheck::DecidedBy::Search);
+    assert!(
+        p.fallback
+            .as_deref()
+            .is_some_and(|f| f.contains("2 producers")),
+        "{p:?}"
+    );
+}

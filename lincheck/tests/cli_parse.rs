@@ -1,7 +1,10 @@
 //! JSON-lines input and the CLI command's exit codes.
 
 use lincheck::gen::{generate, write_jsonl, GenConfig};
-use lincheck::{command, parse_jsonl, parse_jsonl_bytes, Model, OpKind};
+use lincheck::{
+    check_with_options, command, parse_history_bytes, parse_jsonl, parse_jsonl_bytes, CheckOptions,
+    DecidedBy, KvModel, Model, OpKind, Validity,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -93,6 +96,71 @@ fn command_exit_codes() {
     assert_eq!(parse_jsonl(&slow).expect("round trip"), g.ops);
     assert_eq!(command(&slow, "kv", Duration::ZERO), 3);
     for p in [ok, bad, garbage, slow] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Two writes of one value and a read of it: the values alone cannot order
+/// them, a log can (if it agrees with real time).
+fn logged(seqs: [&str; 3]) -> String {
+    format!(
+        "{{\"client\":1,\"call_ns\":0,\"return_ns\":10,\"key\":\"k\",\"op\":\"write\",\"arg\":1,\"out\":null,\"log\":{}}}\n\
+         {{\"client\":2,\"call_ns\":20,\"return_ns\":30,\"key\":\"k\",\"op\":\"write\",\"arg\":1,\"out\":null,\"log\":{}}}\n\
+         \n\
+         {{\"client\":1,\"call_ns\":40,\"return_ns\":50,\"key\":\"k\",\"op\":\"read\",\"arg\":null,\"out\":1,\"log\":{}}}\n",
+        seqs[0], seqs[1], seqs[2]
+    )
+}
+
+#[test]
+fn log_positions_are_read_and_verified() {
+    let h = parse_history_bytes(logged(["1", "2", "3"]).as_bytes()).expect("parses");
+    assert_eq!(h.lines, vec![1, 2, 4]);
+    assert_eq!(h.log, Some(vec![Some(1), Some(2), Some(3)]));
+    let opts = CheckOptions {
+        log: h.log.as_deref(),
+        ..CheckOptions::default()
+    };
+    let r = check_with_options(&h.ops, &KvModel, &opts).expect("input");
+    assert_eq!(r.valid, Validity::Linearizable);
+    assert_eq!(r.partitions[0].decided_by, DecidedBy::Log);
+    // Without the log the same history goes to the search.
+    let r = check_with_options(&h.ops, &KvModel, &CheckOptions::default()).expect("input");
+    assert_eq!(r.partitions[0].decided_by, DecidedBy::Search);
+
+    // A log against real time is not believed: the search decides, and the
+    // fallback says why the log's order did not hold.
+    let h = parse_history_bytes(logged(["2", "1", "3"]).as_bytes()).expect("parses");
+    let opts = CheckOptions {
+        log: h.log.as_deref(),
+        ..CheckOptions::default()
+    };
+    let r = check_with_options(&h.ops, &KvModel, &opts).expect("input");
+    assert_eq!(r.valid, Validity::Linearizable);
+    assert_eq!(r.partitions[0].decided_by, DecidedBy::Search);
+    let why = r.partitions[0].fallback.as_deref().unwrap_or_default();
+    assert!(why.starts_with("log order:"), "{why}");
+
+    // Ops without a position are outside the log; no position anywhere, no log.
+    let h = parse_history_bytes(logged(["1", "null", "3"]).as_bytes()).expect("parses");
+    assert_eq!(h.log, Some(vec![Some(1), None, Some(3)]));
+    assert_eq!(
+        parse_history_bytes(GOOD.as_bytes()).expect("parses").log,
+        None
+    );
+
+    let e = parse_history_bytes(logged(["1", "-2", "3"]).as_bytes()).expect_err("negative");
+    assert_eq!(e.line, 2);
+    assert!(e.message.starts_with("field `log`"), "{}", e.message);
+}
+
+#[test]
+fn command_uses_the_log() {
+    let ok = tmp("logged.jsonl", &logged(["1", "2", "3"]));
+    assert_eq!(command(&ok, "kv", Duration::from_secs(10)), 0);
+    let against = tmp("against.jsonl", &logged(["2", "1", "3"]));
+    assert_eq!(command(&against, "kv", Duration::from_secs(10)), 0);
+    for p in [ok, against] {
         let _ = std::fs::remove_file(p);
     }
 }

@@ -280,6 +280,31 @@ pub struct Liveness {
     /// Up to 50.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<StuckWait>,
+    /// Holds whose session the service ended while the holder held, whose
+    /// worker was never told (no `keepalive-lost`: no `session-lost` from an
+    /// adapter, no failed keepalive, and no client error) from the grant to its
+    /// next acquisition or the end of the run.
+    #[serde(default)]
+    pub untold_holders: u64,
+    /// Up to 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untold: Vec<UntoldHolder>,
+}
+
+/// A holder never told that the service ended its session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UntoldHolder {
+    pub worker: u32,
+    pub key: String,
+    /// The grant (CreateRevision, czxid, observation order), when known.
+    pub grant: Option<i64>,
+    /// The session the grant is judged by (its entry's, as observed).
+    pub session: i64,
+    pub hold_start_ns: u64,
+    /// When the service ended the session (observed).
+    pub session_ended_ns: u64,
+    /// When the hold ended (its release asked for, or the worker's last event).
+    pub hold_end_ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,12 +9,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub mod descriptor;
 pub mod findings;
 pub mod html;
 pub mod timeline;
+pub use descriptor::Descriptor;
 pub use findings::{
     ExclusionCheck, Findings, GrantValidity, LateGrant, Liveness, OpCounts, PhantomGrant, PostLoss,
-    StuckWait, TokenCheck, TokenPair, UnexplainedOverlap, UnsafeHold, UnsafeWindow,
+    StuckWait, TokenCheck, TokenPair, UnexplainedOverlap, UnsafeHold, UnsafeWindow, UntoldHolder,
 };
 pub use html::{render_html, render_index, write_html, write_index, SuiteEntry};
 pub use timeline::{Notice, OpMark, Timeline};

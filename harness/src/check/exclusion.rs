@@ -227,7 +227,7 @@ pub fn check(rec: &Recorded) -> Option<ExclusionCheck> {
 /// Overlapping holds of observed grants, each judged by whether a session loss
 /// at the service explains it.
 fn overlaps(rec: &Recorded, seen: &Seen, not_grants: &HashSet<(u32, u64)>, c: &mut ExclusionCheck) {
-    let ends = super::findings::session_ends(seen.obs);
+    let ends = super::sessions::session_ends(seen.obs);
     let holds: Vec<_> = super::mutex::holds(rec)
         .into_iter()
         .filter(|h| !not_grants.contains(&(h.worker, h.start_ns)))

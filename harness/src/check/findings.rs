@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use fencecheck_reports::{Findings, GrantValidity, LateGrant, OpCounts, UnsafeHold, UnsafeWindow};
 use fencecheck_storage::{OpKind, Verdict};
 
+use super::sessions::{entry_sessions, frozen_or_cut, session_ends, session_of, EntrySessions};
 use super::Recorded;
 use crate::record::history::{EventType, F};
 use crate::record::observe::Observation;
@@ -55,53 +56,8 @@ pub fn check(rec: &Recorded, storage_log: bool) -> Findings {
     }
 }
 
-/// Session → when the service ended it (the earliest observation: they need
-/// not be written in time order).
-pub(super) fn session_ends(obs: &[Observation]) -> HashMap<i64, u64> {
-    let mut out: HashMap<i64, u64> = HashMap::new();
-    for o in obs {
-        if let Observation::SessionEnded {
-            time_ns, session, ..
-        } = o
-        {
-            let t = out.entry(*session).or_insert(*time_ns);
-            *t = (*t).min(*time_ns);
-        }
-    }
-    out
-}
-
 /// Phantom grants (worker, time told): acquisitions the service never granted.
 type NotGrants = std::collections::HashSet<(u32, u64)>;
-
-/// (key, grant) → the session the service created the entry under.
-type EntrySessions = HashMap<(String, i64), i64>;
-
-fn entry_sessions(obs: &[Observation]) -> EntrySessions {
-    obs.iter()
-        .filter_map(|o| match o {
-            Observation::Created {
-                key,
-                grant,
-                session,
-                ..
-            } if *session != 0 => Some(((key.clone(), *grant), *session)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The session a grant is judged by: its entry's, as observed, else `told`.
-fn session_of(
-    sessions: &EntrySessions,
-    key: Option<&String>,
-    grant: Option<i64>,
-    told: Option<i64>,
-) -> Option<i64> {
-    key.zip(grant)
-        .and_then(|(k, g)| sessions.get(&(k.clone(), g)).copied())
-        .or(told)
-}
 
 fn grant_validity(
     rec: &Recorded,
@@ -160,28 +116,6 @@ fn grant_validity(
         }
     }
     g
-}
-
-/// Was `worker` itself paused or cut off (a `pause` or `partition` whose
-/// recorded detail names it) at some time in `[from, to]`? A grant it was told
-/// then may arrive late through the fault alone.
-pub(super) fn frozen_or_cut(rec: &Recorded, worker: u32, from: u64, to: u64) -> bool {
-    fn names(v: &serde_json::Value, w: u32) -> bool {
-        match v {
-            serde_json::Value::Object(m) => {
-                m.get("worker").and_then(serde_json::Value::as_u64) == Some(u64::from(w))
-                    || m.values().any(|x| names(x, w))
-            }
-            serde_json::Value::Array(a) => a.iter().any(|x| names(x, w)),
-            _ => false,
-        }
-    }
-    rec.faults.iter().any(|f| {
-        matches!(f.kind.as_str(), "pause" | "partition")
-            && f.start_ns <= to
-            && f.end_ns.unwrap_or(u64::MAX) >= from
-            && names(&f.detail, worker)
-    })
 }
 
 /// Did the service answer "granted" to this failed acquisition (the client then

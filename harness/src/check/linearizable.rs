@@ -7,11 +7,20 @@
 //! time, is caught here. Writes whose outcome the client never learned, and reads
 //! that failed (they may still have reached the storage and registered a token), may
 //! or may not have taken effect.
+//!
+//! Where the run has the storage's own log (`storage.jsonl`), each op's place in
+//! it (matched by the request's client and id) goes to the checker as the log
+//! order: the checker builds its linearization from that order first and accepts
+//! it only if it verifies against real time and the model, so the log guides the
+//! check but never decides it — a log that contradicts what the clients saw makes
+//! it fall back to the values and the search.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use fencecheck_reports::{LinearizableCheck, Validity};
-use lincheck::{FencedState, Interner, Op, OpKind, SeqModel};
+use fencecheck_storage::LogRecord;
+use lincheck::{CheckOptions, FencedState, Interner, Op, OpKind, SeqModel};
 use serde_json::{json, Value};
 
 use super::Recorded;
@@ -196,12 +205,26 @@ impl SeqModel for StorageModel {
 
 /// Storage operations as the clients saw them, in the lincheck format.
 pub fn operations(events: &[Event]) -> Vec<Op> {
-    use std::collections::HashMap;
+    requests(events).into_iter().map(|(op, _)| op).collect()
+}
+
+/// The storage request an op sent, as the storage log names it
+/// (`request.client`, `request.request_id`).
+type RequestId = (String, u64);
+
+/// [`operations`], each with the request it sent (`None` when the history does
+/// not say: final reads, events written before request ids were recorded).
+fn requests(events: &[Event]) -> Vec<(Op, Option<RequestId>)> {
     let mut open: HashMap<(Process, F), &Event> = HashMap::new();
     let mut ops = Vec::new();
     let client = |p: &Process| match p {
         Process::Worker(w) => u64::from(*w),
         Process::Named(_) => 1_000_000,
+    };
+    // A worker names itself in its requests by its id (`worker::Worker::request`).
+    let request = |inv: &Event| match (&inv.process, inv.request_id) {
+        (Process::Worker(w), Some(id)) => Some((w.to_string(), id)),
+        _ => None,
     };
     for e in events {
         let f = match e.f {
@@ -254,12 +277,12 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
                 unknown: kind == EventType::Info,
             },
         };
-        ops.push(op);
+        ops.push((op, request(inv)));
     }
     // Invoked and never completed: may or may not have happened.
     for ((p, f), inv) in open {
         let token = inv.token.map(Value::from).unwrap_or(Value::Null);
-        ops.push(Op {
+        let op = Op {
             client: client(&p),
             call_ns: inv.time_ns,
             return_ns: None,
@@ -276,21 +299,72 @@ pub fn operations(events: &[Event]) -> Vec<Op> {
             },
             out: Value::Null,
             unknown: true,
-        });
+        };
+        ops.push((op, request(inv)));
     }
-    ops.sort_by_key(|o| o.call_ns);
+    ops.sort_by_key(|(o, _)| o.call_ns);
     ops
 }
 
+/// Each op's place in the storage log (its `seq`), matched by the request it
+/// sent, with the same key and operation. `None` for an op the log does not hold
+/// exactly once, or that shares its request id with another op (a retried request
+/// the storage applied twice, a worker restarted with fresh ids): such a match
+/// says nothing about where the op took effect. The positions are only a
+/// candidate order for the checker, which verifies it.
+fn log_positions(ops: &[(Op, Option<RequestId>)], storage: &[LogRecord]) -> Vec<Option<u64>> {
+    let mut in_log: HashMap<(&str, u64), Option<&LogRecord>> = HashMap::new();
+    for r in storage {
+        in_log
+            .entry((r.request.client.as_str(), r.request.request_id))
+            .and_modify(|seen| *seen = None)
+            .or_insert(Some(r));
+    }
+    let mut sent: HashMap<&RequestId, u32> = HashMap::new();
+    for id in ops.iter().filter_map(|(_, id)| id.as_ref()) {
+        *sent.entry(id).or_default() += 1;
+    }
+    ops.iter()
+        .map(|(op, id)| {
+            let id = id.as_ref().filter(|id| sent.get(id) == Some(&1))?;
+            let r = (*in_log.get(&(id.0.as_str(), id.1))?)?;
+            let same_kind = matches!(
+                (r.request.op, &op.op),
+                (fencecheck_storage::OpKind::Read, OpKind::Read)
+                    | (fencecheck_storage::OpKind::Write, OpKind::Write)
+            );
+            (same_kind && r.request.key == op.key).then_some(r.seq)
+        })
+        .collect()
+}
+
 pub fn check(rec: &Recorded, fencing: Fencing) -> LinearizableCheck {
-    let ops = operations(&rec.events);
+    let with_ids = requests(&rec.events);
+    // Only fencecheck's own storages (built in, PostgreSQL) keep a log;
+    // without one (`Recorded::storage` empty) the checker orders by the values
+    // and tokens alone.
+    let log = (!rec.storage.is_empty()).then(|| log_positions(&with_ids, &rec.storage));
+    let ops: Vec<Op> = with_ids.into_iter().map(|(op, _)| op).collect();
     // check-then-write is held to the rule it means to enforce.
     let model = StorageModel {
         fencing: fencing.intended(),
     };
+    let opts = CheckOptions {
+        timeout: Some(BUDGET),
+        log: log.as_deref(),
+        ..CheckOptions::default()
+    };
     let started = Instant::now();
-    let res = lincheck::check_with(&ops, &model, Some(BUDGET));
+    let res = lincheck::check_with_options(&ops, &model, &opts);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    // Which order the checker was offered; each partition's `decided_by` and
+    // `fallback` say whether it held.
+    let log_order = log.as_ref().map(|l| {
+        json!({
+            "from": "storage.jsonl",
+            "ops_in_log": l.iter().filter(|p| p.is_some()).count(),
+        })
+    });
     match res {
         Ok(r) => LinearizableCheck {
             valid: match r.valid {
@@ -301,16 +375,28 @@ pub fn check(rec: &Recorded, fencing: Fencing) -> LinearizableCheck {
             model: model.name().to_string(),
             operations: ops.len() as u64,
             elapsed_ms,
-            detail: serde_json::to_value(&r).unwrap_or(Value::Null),
+            detail: with_log_order(serde_json::to_value(&r).unwrap_or(Value::Null), log_order),
         },
         Err(e) => LinearizableCheck {
             valid: Validity::Unknown,
             model: model.name().to_string(),
             operations: ops.len() as u64,
             elapsed_ms,
-            detail: json!({ "error": format!("operation {}: {}", e.index, e.message) }),
+            detail: with_log_order(
+                json!({ "error": format!("operation {}: {}", e.index, e.message) }),
+                log_order,
+            ),
         },
     }
+}
+
+/// The checker's result with `log_order` (`null`: no storage log) beside its
+/// partitions.
+fn with_log_order(mut detail: Value, log_order: Option<Value>) -> Value {
+    if let Some(d) = detail.as_object_mut() {
+        d.insert("log_order".into(), log_order.unwrap_or(Value::Null));
+    }
+    detail
 }
 
 #[cfg(test)]
@@ -403,5 +489,221 @@ mod tests {
         assert_eq!((ops[1].return_ns, ops[1].unknown), (None, true));
         assert_eq!(ops[2].arg, json!([2, 7]));
         assert_eq!(ops[2].return_ns, None);
+    }
+
+    /// A recorded run, read without writing into the tracked fixture.
+    fn fixture(name: &str) -> (Recorded, Fencing) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let files = crate::assess::event_files(&dir).expect("event files");
+        let (events, _) = crate::record::history::merge(&files).expect("events");
+        let (storage, _) = crate::record::history::read_jsonl::<LogRecord>(
+            &dir.join(crate::record::rundir::STORAGE_LOG),
+        )
+        .expect("storage log");
+        let scenario =
+            crate::scenario::Scenario::load_recorded(&dir.join("scenario.toml")).expect("scenario");
+        (Recorded::new(events, storage), scenario.storage.fencing)
+    }
+
+    /// Each partition's `(decided_by, fallback)` in the check's detail.
+    fn paths(c: &LinearizableCheck) -> Vec<(String, Option<String>)> {
+        c.detail["partitions"]
+            .as_array()
+            .expect("partitions")
+            .iter()
+            .map(|p| {
+                (
+                    p["decided_by"].as_str().unwrap_or_default().to_string(),
+                    p["fallback"].as_str().map(str::to_string),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn storage_log_order_decides_where_the_values_do_not() {
+        // Unfenced runs write the same value twice (two holders at once), so
+        // the values alone cannot order them; the storage's log can.
+        for name in ["jepsen-2020", "python-etcd3-with", "redis-no-fencing"] {
+            let (mut rec, fencing) = fixture(name);
+            let c = check(&rec, fencing);
+            assert_eq!(c.valid, Validity::Valid, "{name}");
+            assert!(c.operations > 0, "{name}");
+            assert!(
+                c.detail["log_order"]["ops_in_log"].as_u64() > Some(0),
+                "{name}: {}",
+                c.detail["log_order"]
+            );
+            assert!(
+                paths(&c).iter().all(|(by, _)| by == "log"),
+                "{name}: {:?}",
+                paths(&c)
+            );
+            // Without the log the same history goes to the search.
+            rec.storage.clear();
+            let c = check(&rec, fencing);
+            assert_eq!(c.valid, Validity::Valid, "{name}");
+            assert_eq!(c.detail["log_order"], Value::Null, "{name}");
+            assert!(
+                paths(&c).iter().all(|(by, why)| by == "search"
+                    && why.as_deref().is_some_and(|w| w.contains("producers"))),
+                "{name}: {:?}",
+                paths(&c)
+            );
+        }
+    }
+
+    #[test]
+    fn fenced_run_is_decided_by_its_log() {
+        let (rec, fencing) = fixture("etcd-pause");
+        let c = check(&rec, fencing);
+        assert_eq!(c.valid, Validity::Valid);
+        assert_eq!(c.model, "fenced-monotonic");
+        assert_eq!(paths(&c), vec![("log".to_string(), None)]);
+    }
+
+    #[test]
+    fn log_order_against_real_time_falls_back() {
+        // Two accepted writes the clients saw in real-time order; the log
+        // swaps them. Which writes are swapped matters little; that the
+        // verdict does not follow the log does.
+        let (mut rec, fencing) = fixture("redis-no-fencing");
+        let ops = requests(&rec.events);
+        let returned = |id: &(String, u64)| {
+            ops.iter()
+                .find(|(_, i)| i.as_ref() == Some(id))
+                .and_then(|(o, _)| o.return_ns.map(|r| (o.call_ns, r)))
+        };
+        let writes: Vec<(usize, u64, u64)> = rec
+            .storage
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.request.op == fencecheck_storage::OpKind::Write)
+            .filter_map(|(i, r)| {
+                let (call, ret) = returned(&(r.request.client.clone(), r.request.request_id))?;
+                Some((i, call, ret))
+            })
+            .collect();
+        let (a, b) = writes
+            .iter()
+            .flat_map(|a| writes.iter().map(move |b| (a, b)))
+            .find(|(a, b)| a.2 < b.1)
+            .map(|(a, b)| (a.0, b.0))
+            .expect("two writes in real-time order");
+        let (sa, sb) = (rec.storage[a].seq, rec.storage[b].seq);
+        rec.storage[a].seq = sb;
+        rec.storage[b].seq = sa;
+        let c = check(&rec, fencing);
+        assert_eq!(c.valid, Validity::Valid);
+        let p = paths(&c);
+        assert!(
+            p.iter().all(|(by, why)| by == "search"
+                && why.as_deref().is_some_and(|w| w.starts_with("log order:"))),
+            "{p:?}"
+        );
+    }
+
+    /// One worker's storage request: its events and its storage log record.
+    fn request(
+        worker: u32,
+        id: u64,
+        (call, ret): (u64, u64),
+        write: Option<i64>,
+        seq: u64,
+    ) -> (Vec<Event>, LogRecord) {
+        let f = if write.is_some() { F::Write } else { F::Read };
+        let evs = [(call, EventType::Invoke), (ret, EventType::Ok)]
+            .map(|(t, kind)| {
+                let mut e = Event::new(Process::Worker(worker), kind, f);
+                e.time_ns = t;
+                e.key = Some("k0".into());
+                e.request_id = Some(id);
+                e.value = write.or(Some(1));
+                e
+            })
+            .to_vec();
+        let rec = LogRecord {
+            seq,
+            time_ns: call,
+            request: fencecheck_storage::Request {
+                op: if write.is_some() {
+                    fencecheck_storage::OpKind::Write
+                } else {
+                    fencecheck_storage::OpKind::Read
+                },
+                key: "k0".into(),
+                val: write,
+                token: None,
+                revision: None,
+                lease: None,
+                client: worker.to_string(),
+                request_id: id,
+            },
+            verdict: if write.is_some() {
+                fencecheck_storage::Verdict::Accepted
+            } else {
+                fencecheck_storage::Verdict::Ok
+            },
+            token_before: None,
+            token_after: None,
+            value_before: None,
+            value_after: Some(1),
+        };
+        (evs, rec)
+    }
+
+    fn recorded(reqs: Vec<(Vec<Event>, LogRecord)>) -> Recorded {
+        let mut events = Vec::new();
+        let mut storage = Vec::new();
+        for (e, r) in reqs {
+            events.extend(e);
+            storage.push(r);
+        }
+        events.sort_by_key(|e| e.time_ns);
+        Recorded::new(events, storage)
+    }
+
+    #[test]
+    fn log_is_matched_by_request_and_checked_against_real_time() {
+        // Worker 1 writes 1, worker 2 then writes 1 again, worker 1 reads 1:
+        // two producers of one value, so only the log orders it.
+        let run = |seqs: [u64; 3]| {
+            check(
+                &recorded(vec![
+                    request(1, 1, (0, 10), Some(1), seqs[0]),
+                    request(2, 1, (20, 30), Some(1), seqs[1]),
+                    request(1, 2, (40, 50), None, seqs[2]),
+                ]),
+                Fencing::Off,
+            )
+        };
+        let c = run([1, 2, 3]);
+        assert_eq!(c.valid, Validity::Valid);
+        assert_eq!(c.detail["log_order"]["ops_in_log"], json!(3));
+        assert_eq!(paths(&c), vec![("log".to_string(), None)]);
+        // The same requests logged against real time: the log is not believed.
+        let c = run([2, 1, 3]);
+        assert_eq!(c.valid, Validity::Valid);
+        let p = paths(&c);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].0, "search");
+        assert!(
+            p[0].1
+                .as_deref()
+                .is_some_and(|w| w.starts_with("log order:")),
+            "{p:?}"
+        );
+        // Two requests at one log position are no order either.
+        let c = run([1, 2, 2]);
+        assert!(
+            paths(&c)[0]
+                .1
+                .as_deref()
+                .is_some_and(|w| w.contains("same log position")),
+            "{:?}",
+            paths(&c)
+        );
     }
 }

@@ -1,6 +1,13 @@
 //! Checkers: pure functions from the recorded files to verdicts. They never look at
 //! live processes, so `fencecheck check RUN_DIR` and the live run agree by
 //! construction.
+//!
+//! Each check is described once — its name, the question it answers, how it
+//! fails, when its counts are a floor — in `fencecheck_reports::descriptor`
+//! (one table in the reports crate, because report.html is rendered there and
+//! that crate cannot read this one). A new check here is a file in this folder
+//! plus its line in that table; `crate::descriptors` (a test beside the
+//! renderers it reads) checks that every check that runs has exactly one.
 
 pub mod counter;
 pub mod coverage;
@@ -13,6 +20,7 @@ pub mod liveness;
 pub mod mutex;
 pub mod observed;
 pub mod resolve;
+mod sessions;
 pub mod token;
 
 use fencecheck_reports::{Checks, Expectation, FaultWindow, JudgedFrom};
@@ -29,6 +37,9 @@ pub struct Recorded {
     /// What the harness observed of the lock service (`None` for runs written
     /// before it did).
     pub observations: Option<Vec<crate::record::observe::Observation>>,
+    /// When the workers were told to stop (`run.json`'s `time_end_ns`): a wait
+    /// or a free lock still open at the end of the record lasted until then.
+    pub end_ns: Option<u64>,
 }
 
 impl Recorded {
@@ -39,6 +50,7 @@ impl Recorded {
             storage,
             faults,
             observations: None,
+            end_ns: None,
         }
     }
 

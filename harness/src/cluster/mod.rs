@@ -36,6 +36,15 @@ pub const KUBELET_PORTS: kubelet::Ports = kubelet::Ports {
     kubelet: 32250,
     kubelet_healthz: 32248,
 };
+/// Every port a local cluster holds on 127.0.0.1, and what holds it: `up`
+/// refuses when one is taken, `status` names them.
+pub const PORTS: [(u16, &str); 5] = [
+    (ETCD_CLIENT_PORT, "etcd client"),
+    (ETCD_PEER_PORT, "etcd peer"),
+    (APISERVER_PORT, "kube-apiserver"),
+    (KUBELET_PORTS.kubelet, "kubelet"),
+    (KUBELET_PORTS.kubelet_healthz, "kubelet healthz"),
+];
 /// The node's name (`--hostname-override`): what a pod's `nodeName` says. It is
 /// also the node's Hostname address, which the apiserver dials for a pod's logs
 /// (`--kubelet-preferred-address-types=Hostname`): `localhost` resolves from

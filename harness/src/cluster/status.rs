@@ -96,5 +96,53 @@ pub(super) async fn status_of(st: &State) -> Status {
     };
     lines.push(format!("{:<15} {}    {node}", "node", st.node));
     lines.push(format!("{:<15} {}", "kubeconfig", st.kubeconfig.display()));
+    lines.push(ports_line(up, &held_ports()));
     Status { up, lines }
+}
+
+/// The cluster's ports (all on 127.0.0.1; fixed, so one local cluster per
+/// machine) that something listens on now.
+fn held_ports() -> Vec<(u16, &'static str)> {
+    super::PORTS
+        .into_iter()
+        .filter(|(port, _)| std::net::TcpListener::bind(("127.0.0.1", *port)).is_err())
+        .collect()
+}
+
+/// Up, the ports are this cluster's; down, any still held are another's (or
+/// another program's), which a new `up` would find taken.
+fn ports_line(up: bool, held: &[(u16, &str)]) -> String {
+    let list = held
+        .iter()
+        .map(|(p, what)| format!("127.0.0.1:{p} ({what})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = match (up, held.is_empty()) {
+        (true, _) => list,
+        (false, true) => "none held".to_string(),
+        (false, false) => format!("none of this cluster's; held by something else: {list}"),
+    };
+    format!("{:<15} {text}", "ports")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ports_line_names_each_held_port_and_what_holds_it() {
+        let held = [(32379, "etcd client"), (32443, "kube-apiserver")];
+        let line = ports_line(true, &held);
+        assert!(line.starts_with("ports "), "{line}");
+        assert!(
+            line.ends_with("127.0.0.1:32379 (etcd client), 127.0.0.1:32443 (kube-apiserver)"),
+            "{line}"
+        );
+        assert!(ports_line(false, &[]).ends_with("none held"));
+        let other = ports_line(false, &held);
+        assert!(
+            other.contains("held by something else: 127.0.0.1:32379"),
+            "{other}"
+        );
+    }
 }

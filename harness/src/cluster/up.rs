@@ -63,17 +63,13 @@ pub async fn up(dir: &Path, say: &dyn Fn(&str)) -> Result<Up> {
         );
     }
     let deploy = tokio::task::block_in_place(|| KubeDeploy::find(say))?;
-    for (port, what) in [
-        (ETCD_CLIENT_PORT, "etcd client"),
-        (ETCD_PEER_PORT, "etcd peer"),
-        (APISERVER_PORT, "kube-apiserver"),
-        (KUBELET_PORTS.kubelet, "kubelet"),
-        (KUBELET_PORTS.kubelet_healthz, "kubelet healthz"),
-    ] {
+    for (port, what) in super::PORTS {
         if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             bail!(
                 "port 127.0.0.1:{port} ({what}) is taken ({e}): another local cluster is up \
-                 (`fencecheck cluster status --dir …` finds it) or another program holds it"
+                 (`fencecheck cluster status --dir …` finds it; the default directory is {}) or \
+                 another program holds it",
+                super::state::default_dir().display()
             );
         }
     }

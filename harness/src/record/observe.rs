@@ -63,18 +63,42 @@ impl Observation {
     }
 }
 
-/// Appends observations to `service.jsonl`, flushing each one.
+/// Appends observations to `service.jsonl`, flushing each one; and says when the
+/// observer's feed is up ([`ObservationWriter::ready`]).
 #[derive(Clone)]
-pub struct ObservationWriter(Arc<Mutex<BufWriter<File>>>);
+pub struct ObservationWriter {
+    file: Arc<Mutex<BufWriter<File>>>,
+    up: Arc<tokio::sync::watch::Sender<bool>>,
+}
 
 impl ObservationWriter {
     pub fn create(path: &Path) -> std::io::Result<ObservationWriter> {
         let f = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(ObservationWriter(Arc::new(Mutex::new(BufWriter::new(f)))))
+        Ok(ObservationWriter {
+            file: Arc::new(Mutex::new(BufWriter::new(f))),
+            up: Arc::new(tokio::sync::watch::channel(false).0),
+        })
+    }
+
+    /// The observer's feed is up: every change the service makes from now on
+    /// reaches it (etcd: its watch was created; the others: they watched, then
+    /// read what was there). The run starts its workers only then: a grant made
+    /// before the feed was up would be missing from the record and judged a
+    /// phantom. A gap counts as up too: it is recorded, so the checks know.
+    pub fn ready(&self) {
+        self.up.send_replace(true);
+    }
+
+    /// Whether [`ObservationWriter::ready`] has been said, to wait on.
+    pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.up.subscribe()
     }
 
     pub fn write(&self, o: &Observation) {
-        let Ok(mut w) = self.0.lock() else {
+        if matches!(o, Observation::Gap { .. }) {
+            self.ready();
+        }
+        let Ok(mut w) = self.file.lock() else {
             tracing::error!("observation log lock poisoned");
             return;
         };

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use anyhow::Result;
 
-use crate::images::BuildContext;
+use crate::image_context::BuildContext;
 
 /// The container a [`ContainerStorage`] runs in.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use fencecheck_storage::{Answer, OpKind, Request, Verdict};
 
 use super::{FencedResource, Probed, Reach, Resource};
-use crate::assess::KeyBefore;
+use crate::record::before::KeyBefore;
 use crate::scenario::{Scenario, ScenarioError, Source};
 
 /// The harness side of an HTTP storage: fencecheck's own (`kind = "fencecheck"`,

@@ -25,7 +25,7 @@ use anyhow::Result;
 use fencecheck_storage::{Answer, Request};
 use serde::{Deserialize, Serialize};
 
-use crate::assess::KeyBefore;
+use crate::record::before::KeyBefore;
 use crate::scenario::{Scenario, ScenarioError, Source, StorageKind};
 use container::ContainerStorage;
 

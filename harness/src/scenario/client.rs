@@ -91,6 +91,23 @@ pub fn resolve(s: &mut Scenario, text: &str, file: &str, find: bool) -> Result<(
     Ok(())
 }
 
+/// fencecheck's cache directory: `$FENCECHECK_CACHE`, else
+/// `$XDG_CACHE_HOME/fencecheck`, else `~/.cache/fencecheck` — where
+/// `ci/bootstrap.sh` puts the lock systems, clockshim and the shipped adapters'
+/// runtimes, and what a `[client] pod_files` entry's `{cache}` names. Defined
+/// here, with `{cache}`, because the config imports nothing of the crate; the
+/// rest of the crate asks it here.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FENCECHECK_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("fencecheck");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(home).join(".cache").join("fencecheck")
+}
+
 /// One `[client] pod_files` entry as the path it is copied from and to: a leading
 /// `{cache}` is fencecheck's cache directory (where `ci/bootstrap.sh` makes the
 /// shipped adapters' runtimes), a leading `~/` the home directory; an absolute
@@ -100,7 +117,7 @@ pub fn resolve(s: &mut Scenario, text: &str, file: &str, find: bool) -> Result<(
 /// launcher resolves its own path. It must exist.
 fn resolve_pod_file(entry: &str, base: &Path) -> Result<PathBuf, String> {
     let p = if let Some(rest) = entry.strip_prefix("{cache}") {
-        crate::systems::etcd::provision::cache_dir().join(rest.trim_start_matches('/'))
+        cache_dir().join(rest.trim_start_matches('/'))
     } else if let Some(rest) = entry.strip_prefix("~/") {
         match std::env::var_os("HOME") {
             Some(h) => PathBuf::from(h).join(rest),
@@ -241,7 +258,7 @@ mod tests {
         assert_eq!(files[1], c.display().to_string());
         // `{cache}` is fencecheck's cache directory (the error names where it looked).
         let e = super::resolve_pod_file("{cache}/no-such-adapter-runtime", dir.path()).unwrap_err();
-        let want = crate::systems::etcd::provision::cache_dir().join("no-such-adapter-runtime");
+        let want = super::cache_dir().join("no-such-adapter-runtime");
         assert!(e.contains(&want.display().to_string()), "{e}");
 
         let text = "name = \"x\"\n[client]\ncommand = [\"c/client.sh\"]\n\

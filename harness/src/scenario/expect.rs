@@ -194,6 +194,10 @@ pub struct Expect {
     /// (`findings.liveness`); judged only when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck_waits: Option<Count>,
+    /// Holders never told that the service ended their session
+    /// (`findings.liveness.untold_holders`); judged only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untold_holders: Option<Count>,
     /// Injected faults whose effect was looked for and not seen; unset means
     /// none may be (INCONCLUSIVE otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +221,7 @@ impl Default for Expect {
             exclusion_violations: None,
             faults_skipped: None,
             stuck_waits: None,
+            untold_holders: None,
             faults_unconfirmed: None,
         }
     }
@@ -286,6 +291,7 @@ impl Expect {
             ("late_grants_caught", self.late_grants_caught),
             ("exclusion_violations", self.exclusion_violations),
             ("stuck_waits", self.stuck_waits),
+            ("untold_holders", self.untold_holders),
         ];
         let mut out: Vec<String> = counts
             .into_iter()
@@ -435,6 +441,13 @@ impl Expect {
                 self.stuck_waits,
                 false,
                 findings.liveness.stuck_waits,
+            );
+            count(
+                &mut out,
+                "untold_holders",
+                self.untold_holders,
+                false,
+                findings.liveness.untold_holders,
             );
         }
         if let Some(x) = &checks.exclusion {

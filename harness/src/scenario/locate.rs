@@ -24,10 +24,14 @@ pub fn locate(arg: &Path) -> Result<PathBuf, ScenarioError> {
     if arg.exists() {
         return Ok(arg.to_path_buf());
     }
+    // `.toml` appended, not swapped in: `zoo/etcd-3.4-late-grant` has a dot in
+    // its name that is not an extension.
     let with_ext = if arg.extension().is_some_and(|e| e == "toml") {
         arg.to_path_buf()
     } else {
-        arg.with_extension("toml")
+        let mut s = arg.as_os_str().to_os_string();
+        s.push(".toml");
+        PathBuf::from(s)
     };
     for dir in shipped_dirs() {
         let p = dir.join(&with_ext);
@@ -40,12 +44,15 @@ pub fn locate(arg: &Path) -> Result<PathBuf, ScenarioError> {
     // for `clients/client-go-pause`): that one. Two of the same name: the list.
     if arg.components().count() == 1 {
         if let Some(dir) = shipped_dirs().into_iter().find(|d| d.is_dir()) {
-            let stem = with_ext.with_extension("");
+            let stem = with_ext
+                .to_str()
+                .and_then(|s| s.strip_suffix(".toml"))
+                .unwrap_or_default();
             let mut hits = names
                 .iter()
-                .filter(|n| Path::new(n).file_name() == Some(stem.as_os_str()));
+                .filter(|n| Path::new(n).file_name().and_then(|f| f.to_str()) == Some(stem));
             if let (Some(one), None) = (hits.next(), hits.next()) {
-                return Ok(dir.join(one).with_extension("toml"));
+                return Ok(dir.join(format!("{one}.toml")));
             }
         }
     }
@@ -108,6 +115,15 @@ mod tests {
             "{}",
             p.display()
         );
+        // A dot in the name is not an extension, with or without the folder.
+        for name in ["zoo/etcd-3.4-late-grant", "etcd-3.4-late-grant"] {
+            let p = locate(Path::new(name)).expect("found");
+            assert!(
+                p.ends_with("scenarios/zoo/etcd-3.4-late-grant.toml"),
+                "{name}: {}",
+                p.display()
+            );
+        }
         let p = locate(Path::new("pause")).expect("found");
         assert!(p.ends_with("scenarios/pause.toml"), "{}", p.display());
         let e = locate(Path::new("no-such-scenario")).expect_err("nothing");

@@ -22,7 +22,7 @@ mod network;
 mod storage;
 mod validate;
 
-pub use client::Client;
+pub use client::{cache_dir, Client};
 pub use expect::{Count, Expect, Holds};
 pub use fault::{Aim, AimEvent, FaultKind, Target};
 pub use fault_spec::{Fault, FaultSpec};

@@ -64,7 +64,7 @@ pub fn command(a: Args) -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fencecheck: error: {e:#}");
-            crate::cli::EXIT_ERROR
+            crate::exit::EXIT_ERROR
         }
     }
 }
@@ -133,7 +133,7 @@ fn shrink(a: Args) -> Result<i32> {
             a.k,
             a.runs
         );
-        return Ok(crate::cli::EXIT_FAIL);
+        return Ok(crate::exit::EXIT_FAIL);
     }
     r.say(&format!(
         "start: failed {} in {same} of {} runs",
@@ -205,9 +205,9 @@ fn shrink(a: Args) -> Result<i32> {
         );
     }
     Ok(if end == End::Interrupted {
-        crate::cli::EXIT_ERROR
+        crate::exit::EXIT_ERROR
     } else {
-        crate::cli::EXIT_PASS
+        crate::exit::EXIT_PASS
     })
 }
 
@@ -310,14 +310,14 @@ fn does_not_fail(t: &Tally, (n, k): (u32, u32)) -> i32 {
             t.runs,
             t.first_error.as_deref().unwrap_or("unknown error")
         );
-        return crate::cli::EXIT_ERROR;
+        return crate::exit::EXIT_ERROR;
     }
     println!(
         "does not fail: {} of {} runs passed, {} could not run, none failed (needed {k} of {n}); \
          nothing to shrink",
         t.passed, t.runs, t.errors
     );
-    crate::cli::EXIT_FAIL
+    crate::exit::EXIT_FAIL
 }
 
 /// The search state: the best candidate so far and what it was kept on.

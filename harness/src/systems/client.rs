@@ -9,8 +9,7 @@
 //! sends to the storage is derived from it by the scenario's token mode
 //! ([`Granted::token`]); the checkers judge that token against the grant order.
 
-use crate::systems::external;
-
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -42,7 +41,7 @@ pub struct ClientConfig {
     /// `[client]`: the lock client is the user's adapter program, spoken to over
     /// `docs/client-protocol.md`, instead of fencecheck's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external: Option<external::ExternalConfig>,
+    pub external: Option<ExternalConfig>,
     /// The token and CA the service asks for (Kubernetes), made per run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<crate::systems::service::ServiceAccess>,
@@ -104,6 +103,38 @@ impl Granted {
     }
 }
 
+/// `[client]` as a worker needs it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExternalConfig {
+    /// argv, `command[0]` resolved.
+    pub command: Vec<String>,
+    /// Which token of the answer is sent (`[client] token`).
+    pub token: String,
+    /// Send no token at all (`[storage] token = "none"`).
+    #[serde(default)]
+    pub no_token: bool,
+    /// Where the client's stderr goes.
+    pub log: PathBuf,
+}
+
+/// A broken protocol rule: what, and the offending line (truncated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientError {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(l) = &self.line {
+            write!(f, ": {l}")?;
+        }
+        Ok(())
+    }
+}
+
 /// An external client's grant as it answered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantDetail {
@@ -150,12 +181,12 @@ pub trait LockClient: Send {
     async fn close_session(&mut self);
     /// A broken protocol rule that ends the worker (external clients only): the
     /// worker records it and stops.
-    fn client_error(&self) -> Option<external::ClientError> {
+    fn client_error(&self) -> Option<ClientError> {
         None
     }
     /// Requests the client left unanswered since the last call (external
     /// clients): recorded as unknown, not fatal.
-    fn take_notices(&mut self) -> Vec<external::ClientError> {
+    fn take_notices(&mut self) -> Vec<ClientError> {
         Vec::new()
     }
 }

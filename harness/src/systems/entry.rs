@@ -22,9 +22,23 @@ const SEPARATORS: [char; 2] = [':', '/'];
 pub fn storage_key<'a>(entry: &'a str, lock_prefix: &str) -> Option<&'a str> {
     if let Some(at) = entry.find(lock_prefix) {
         let rest = &entry[at + lock_prefix.len()..];
-        return rest.split(SEPARATORS).next().filter(|k| !k.is_empty());
+        let name = rest.split(SEPARATORS).next().filter(|k| !k.is_empty())?;
+        // A library's own suffix right after the name (tooz's redis driver
+        // writes `_tooz_<name>_lock`): the storage key is the name's leading
+        // `k<digits>`.
+        return Some(leading_storage_key(name).unwrap_or(name));
     }
     entry.rsplit(SEPARATORS).find(|s| is_storage_key(s))
+}
+
+/// The `k<digits>` that `s` starts with, if it does.
+fn leading_storage_key(s: &str) -> Option<&str> {
+    let digits = s
+        .strip_prefix('k')?
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    (digits > 0).then(|| &s[..1 + digits])
 }
 
 /// `k<digits>`: how the workers and the storage name every key.
@@ -43,6 +57,12 @@ mod tests {
         // The name as given, prefixed by the library (python-redis-lock).
         assert_eq!(storage_key("fencecheck:lock:k3", redis), Some("k3"));
         assert_eq!(storage_key("lock:fencecheck:lock:k3", redis), Some("k3"));
+        // ... and suffixed (tooz's redis driver).
+        assert_eq!(
+            storage_key("_tooz_fencecheck:lock:k3_lock", redis),
+            Some("k3")
+        );
+        assert_eq!(storage_key("fencecheck:lock:k31", redis), Some("k31"));
         // Another name given to the library: a segment that is a storage key.
         assert_eq!(storage_key("lock:k3", redis), Some("k3"));
         assert_eq!(storage_key("app:k12:x", redis), Some("k12"));

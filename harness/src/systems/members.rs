@@ -134,7 +134,7 @@ pub trait Deploy: Send + Sync {
     fn members(&self, s: &Scenario, at: &[Placement]) -> Result<Vec<MemberSpec>>;
     /// The `FROM scratch` image's build context: the program and what it loads,
     /// at their paths on this machine.
-    fn image(&self) -> Result<crate::images::BuildContext>;
+    fn image(&self) -> Result<crate::image_context::BuildContext>;
     /// The token and CA the run's clients need, for a service that asks for them
     /// (made per run with the members: Kubernetes).
     fn access(&self) -> Option<crate::systems::service::ServiceAccess> {

@@ -30,6 +30,14 @@ pub struct Capabilities {
     pub client_clock: bool,
 }
 
+/// Where the harness passes a worker its service's access material
+/// ([`ServiceAccess`] as JSON: a bearer token for Kubernetes Lease): the
+/// environment, which only its own user reads (`/proc/PID/environ`), not the
+/// command line, which every user of the machine reads; in a pod, from a
+/// Secret, not the pod's spec. Not passed on to a `[client]` adapter (it gets
+/// the token in `open`).
+pub const ACCESS_ENV: &str = "FENCECHECK_WORKER_ACCESS";
+
 /// How the harness and the workers authenticate to a service that asks (the
 /// Kubernetes apiserver): material the deployment generates per run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -47,8 +55,15 @@ pub struct ServiceAccess {
     pub namespace: String,
 }
 
+impl ServiceAccess {
+    /// The namespace of an access that names none: the run's own apiserver's
+    /// `default`, where its bootstrap controller makes the Leases' namespace
+    /// (the Lease system's `lease::NAMESPACE`).
+    pub const DEFAULT_NAMESPACE: &'static str = "default";
+}
+
 fn default_namespace() -> String {
-    crate::systems::kubernetes::lease::NAMESPACE.to_string()
+    ServiceAccess::DEFAULT_NAMESPACE.to_string()
 }
 
 // The availability of a fault moved to `crate::plan`; the backend's `auto` choice

@@ -42,13 +42,31 @@ static FREED: Condvar = Condvar::new();
 
 /// Held for the length of a test; gives its slots back when dropped, a panicking
 /// test's too.
-pub struct Slot(u32);
+pub struct Slot(u32, Instant);
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut s = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
         s.used -= self.0;
         FREED.notify_all();
+        drop(s);
+        note_time(self.0, self.1.elapsed());
+    }
+}
+
+/// Appends `test<TAB>slots<TAB>seconds held` to `test-times.tsv` in cargo's
+/// scratch directory for tests (`target/tmp`): which end-to-end tests make the
+/// full tier long (libtest on stable reports no durations). Best effort.
+fn note_time(slots: u32, held: Duration) {
+    use std::io::Write;
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-times.tsv");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+    {
+        let _ = writeln!(f, "{name}\t{slots}\t{:.1}", held.as_secs_f64());
     }
 }
 
@@ -65,7 +83,7 @@ fn take(want: u32) -> Slot {
     s.used += want;
     // The next in line may fit beside this one.
     FREED.notify_all();
-    Slot(want)
+    Slot(want, Instant::now())
 }
 
 /// One slot: a test that starts a cluster, processes or containers of its own, on
@@ -137,11 +155,31 @@ pub fn read_report(run_dir: &Path) -> Value {
 }
 
 pub fn explain(o: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // The verdict's lines once more at the end: a CI log keeps a failure's tail,
+    // and the verdict is at the top of a long report.
+    let verdict: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            [
+                "FAIL",
+                "INCONCLUSIVE",
+                "NOT MET",
+                "not met",
+                "unmet",
+                "invalid",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .take(20)
+        .collect();
     format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}\nthe verdict's lines:\n{}",
         o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        stdout,
+        String::from_utf8_lossy(&o.stderr),
+        verdict.join("\n")
     )
 }
 

@@ -182,8 +182,14 @@ fn bad_scenario_is_exit_2_with_file_and_line() {
 #[test]
 fn shipped_scenarios_validate() {
     // Every shipped folder, named as folders (validate expands them, as suite
-    // does): the main one, the adapters', those that need a Kubernetes cluster.
-    let dirs = ["scenarios", "scenarios/clients", "scenarios/kubernetes"];
+    // does): the main one, the adapters', those that need a Kubernetes cluster,
+    // the zoo of published bugs.
+    let dirs = [
+        "scenarios",
+        "scenarios/clients",
+        "scenarios/kubernetes",
+        "scenarios/zoo",
+    ];
     let files = dirs
         .iter()
         .flat_map(|d| std::fs::read_dir(repo_root().join(d)).expect("scenarios/"))

@@ -31,24 +31,35 @@ fn the_agent_stops_resumes_kills_and_restarts_the_storage_in_a_pod() {
         return;
     }
     let _one = kube();
-    let (_tmp, dir, mut guard) = state_dir();
-    let o = cluster_cmd("up", &dir);
-    assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));
+    let cluster = TestCluster::take("k8s_agent");
     let rt = runtime();
-    let port = rt.block_on(drive(&dir.join("kubeconfig")));
-
-    let o = cluster_cmd("down", &dir);
-    assert_eq!(o.status.code(), Some(0), "cluster down: {}", explain(&o));
-    guard.armed = false;
-    let down = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        down.contains(&format!("k8s_{CONTAINER}_{POD}_default_")),
-        "{down}"
-    );
-    let names = k8s_containers(&rt);
+    let _pod = cluster.is_users().then(|| PodOnDrop {
+        kubeconfig: cluster.kubeconfig.clone(),
+        ns: "default".into(),
+        name: POD.into(),
+        armed: true,
+    });
+    let port = rt.block_on(drive(&cluster.kubeconfig));
+    if cluster.is_users() {
+        rt.block_on(delete_pod(&cluster.kubeconfig, "default", POD));
+    }
+    let dir = cluster.dir.clone();
+    let own = !cluster.is_users();
+    if let Some(down) = cluster.finish() {
+        assert!(
+            down.contains(&format!("k8s_{CONTAINER}_{POD}_default_")),
+            "{down}"
+        );
+    }
+    let names: Vec<_> = k8s_containers(&rt)
+        .into_iter()
+        .filter(|n| own || n.contains(&format!("_{POD}_default_")))
+        .collect();
     assert!(names.is_empty(), "containers left: {names:?}");
-    assert_nothing_left(&dir);
-    assert!(!dir.exists(), "{} still there", dir.display());
+    if own {
+        assert_nothing_left(&dir);
+        assert!(!dir.exists(), "{} still there", dir.display());
+    }
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the pod's storage still answers on {port}"

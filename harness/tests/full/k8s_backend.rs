@@ -353,31 +353,23 @@ impl Drop for Registry {
     }
 }
 
-/// Brings the local cluster up in a temporary directory (down on drop).
-fn up() -> (tempfile::TempDir, PathBuf, DownOnDrop) {
-    let (tmp, dir, guard) = state_dir();
-    let o = cluster_cmd("up", &dir);
-    assert_eq!(o.status.code(), Some(0), "cluster up: {}", explain(&o));
-    (tmp, dir, guard)
-}
-
-fn down(dir: &Path, guard: &mut DownOnDrop) {
-    let o = cluster_cmd("down", dir);
-    assert_eq!(o.status.code(), Some(0), "cluster down: {}", explain(&o));
-    guard.armed = false;
-}
-
 #[test]
 fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_nothing() {
     if !docker::docker_or_skip("k8s_backend") {
         return;
     }
     let _one = kube();
-    let (_tmp, dir, mut guard) = up();
-    let kubeconfig = dir.join("kubeconfig");
+    let cluster = TestCluster::take("k8s_backend");
+    let kubeconfig = cluster.kubeconfig.clone();
     let rt = runtime();
     let work = tempfile::tempdir().expect("tmp");
-    refusals_on_the_cluster(&rt, &kubeconfig, work.path());
+    if cluster.is_users() {
+        // They make cluster-wide objects (nodes, a namespace, a ClusterRole and
+        // its binding) that would change the user's cluster.
+        eprintln!("k8s_backend: the refusals that need cluster-wide objects run on a cluster of the test's own only");
+    } else {
+        refusals_on_the_cluster(&rt, &kubeconfig, work.path());
+    }
     let mut times = BTreeMap::new();
     for name in [
         "pause",
@@ -594,7 +586,7 @@ fn the_acceptance_scenarios_on_kubernetes_meet_their_expectations_and_leave_noth
         "a namespace was made"
     );
     eprintln!("k8s_backend: wall time per scenario (s): {times:?}");
-    down(&dir, &mut guard);
+    cluster.finish();
 }
 
 /// A run that elected on the cluster's own API server (`[lock] apiserver =
@@ -808,15 +800,14 @@ fn kill_on_a_node_that_is_not_this_machine_passes_and_leaves_nothing() {
     // Alone: the second node's engine pulling onto vfs starved the timed
     // partition scenarios that ran beside it (CI at 42a006f).
     let _one = kube_alone();
-    let (_tmp, dir, mut guard) = up();
-    let kubeconfig = dir.join("kubeconfig");
+    let cluster = TestCluster::take("k8s_backend");
     let rt = runtime();
     let work = tempfile::tempdir().expect("tmp");
-    on_a_second_node(&rt, &kubeconfig, work.path());
-    down(&dir, &mut guard);
+    on_a_second_node(&rt, &cluster.kubeconfig, &cluster.dir, work.path());
+    cluster.finish();
 }
 
-fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path) {
+fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, dir: &Path, work: &Path) {
     let reg = Registry::start_on(&work.join("second"), "0.0.0.0");
     let port: u16 = reg
         .name
@@ -824,7 +815,6 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
         .trim_end_matches("/fc")
         .parse()
         .expect("the registry's port");
-    let dir = kubeconfig.parent().expect("the state directory");
     let second = SecondNode::up(dir, port);
     // A node in a cloud reaches its control plane and its registry, not the
     // machine the harness runs on: every run below is on such a node.
@@ -860,10 +850,21 @@ fn on_a_second_node(rt: &tokio::runtime::Runtime, kubeconfig: &Path, work: &Path
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .map(|k| k["reach"].to_string())
             .unwrap_or_default();
+        // Which acquisitions the exclusion check found no grant for, and when.
+        let exclusion = std::fs::read_to_string(out.join("report.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|r| {
+                format!(
+                    "{} (run from {} to {} ns)",
+                    r["checks"]["exclusion"], r["run"]["time_origin_ns"], r["run"]["time_end_ns"]
+                )
+            })
+            .unwrap_or_default();
         assert_eq!(
             o.status.code(),
             Some(0),
-            "{name}: {}\nnemesis.jsonl:\n{faults}\nreach: {reached}",
+            "{name}: {}\nnemesis.jsonl:\n{faults}\nreach: {reached}\nexclusion: {exclusion}",
             explain(&o)
         );
         let r = read_report(&out);
@@ -1624,8 +1625,8 @@ fn ctrl_c_and_sigkill_leave_nothing_and_a_killed_run_checks_incomplete() {
         return;
     }
     let _one = kube();
-    let (_tmp, dir, mut guard) = up();
-    let kubeconfig = dir.join("kubeconfig");
+    let cluster = TestCluster::take("k8s_backend_exits");
+    let kubeconfig = cluster.kubeconfig.clone();
     let rt = runtime();
     let work = tempfile::tempdir().expect("tmp");
 
@@ -1717,7 +1718,7 @@ fn ctrl_c_and_sigkill_leave_nothing_and_a_killed_run_checks_incomplete() {
         in_history, recorded,
         "the checked history is not every recorded event"
     );
-    down(&dir, &mut guard);
+    cluster.finish();
 }
 
 /// Bad input for the kubernetes backend is exit 2 with its reason, before anything

@@ -29,6 +29,9 @@ fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
         return;
     }
     let _one = kube();
+    if let Some(users) = TestCluster::users() {
+        return beside_the_users_cluster(users, true);
+    }
     let (_tmp, dir, mut guard) = state_dir();
 
     let t = Instant::now();
@@ -85,6 +88,51 @@ fn a_pod_runs_on_the_local_cluster_and_down_leaves_nothing() {
         "status after down: {}",
         explain(&o)
     );
+}
+
+/// With the user's own cluster up in the default state directory (on the fixed
+/// ports), `up` in another directory is refused before it starts anything,
+/// naming the ports and where the running cluster is, and the user's cluster is
+/// left as it was; `with_pod`: a pod of fencecheck's etcd image runs and answers
+/// on the user's cluster, and goes with its containers once deleted. What `up`
+/// and `down` themselves do is tested where no cluster is up (as in CI).
+fn beside_the_users_cluster(users: TestCluster, with_pod: bool) {
+    let (_tmp, dir, mut guard) = state_dir();
+    let o = cluster_cmd("up", &dir);
+    guard.armed = false;
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "up beside the user's: {}",
+        explain(&o)
+    );
+    assert!(
+        err.contains("another local cluster is up")
+            && err.contains(&users.dir.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        !cluster::state::State::file(&dir).exists(),
+        "a refused up wrote its state"
+    );
+    assert_nothing_left(&dir);
+    if with_pod {
+        let rt = runtime();
+        let _pod = PodOnDrop {
+            kubeconfig: users.kubeconfig.clone(),
+            ns: "default".into(),
+            name: "etcd-probe".into(),
+            armed: true,
+        };
+        let port = rt.block_on(run_etcd_pod(&users.kubeconfig));
+        rt.block_on(delete_pod(&users.kubeconfig, "default", "etcd-probe"));
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "the pod's etcd still answers on {port}"
+        );
+    }
+    users.finish();
 }
 
 /// Creates a pod running fencecheck's etcd 3.4 image on the node (host network,
@@ -192,6 +240,9 @@ fn ctrl_c_during_up_stops_what_it_started() {
         return;
     }
     let _one = kube();
+    if let Some(users) = TestCluster::users() {
+        return beside_the_users_cluster(users, false);
+    }
     let (_tmp, dir, mut guard) = state_dir();
     let child = bin()
         .args(["cluster", "up", "--dir"])

@@ -1,6 +1,6 @@
-//! The kubernetes backend's reaper (issue #20) on the local cluster that is already
-//! up at the default state directory (`fencecheck cluster up`; this test never
-//! brings one up or down: the ports are fixed and the cluster is shared).
+//! The kubernetes backend's reaper (issue #20) on the local cluster: the user's
+//! own when one is up in the default state directory, else one of the test's own
+//! (`common::cluster::TestCluster`).
 //!
 //! - abandoned (the harness "SIGKILLed": renewing stops), the reaper deletes the
 //!   run's namespace with its pod, the Lease, its Secret and its own pod, and no
@@ -11,8 +11,8 @@
 //! - stopped (the normal end), the reaper pod and Secret go and the run's
 //!   namespace is left as it was.
 //!
-//! Skipped (one line) when no cluster answers there, unless FENCECHECK_REQUIRE_K8S
-//! is set, which makes that a failure.
+//! Skipped (one line) only where no Docker engine answers and
+//! FENCECHECK_REQUIRE_DOCKER is unset.
 
 use crate::common;
 
@@ -35,26 +35,15 @@ struct Cluster {
     state: cluster::state::State,
 }
 
-async fn cluster_or_skip(test: &str) -> Option<Cluster> {
-    let why = match find_cluster().await {
-        Ok(c) => return Some(c),
-        Err(e) => e,
-    };
-    if std::env::var_os("FENCECHECK_REQUIRE_K8S").is_some() {
-        panic!("{test}: FENCECHECK_REQUIRE_K8S is set but no cluster answers: {why:#}");
-    }
-    eprintln!("{test}: skipped: no cluster answers ({why:#}); `fencecheck cluster up` first");
-    None
-}
-
-async fn find_cluster() -> anyhow::Result<Cluster> {
-    let dir = cluster::state::default_dir();
-    let state = cluster::state::State::load(&dir)?
-        .ok_or_else(|| anyhow::anyhow!("no cluster state in {}", dir.display()))?;
-    let client = cluster::api::client(&state.kubeconfig).await?;
-    let nss: Api<Namespace> = Api::all(client.clone());
-    tokio::time::timeout(Duration::from_secs(5), nss.get("default")).await??;
-    Ok(Cluster { client, state })
+/// The cluster `tc` names, connected.
+async fn connect(tc: &TestCluster) -> Cluster {
+    let state = cluster::state::State::load(&tc.dir)
+        .expect("cluster state")
+        .expect("no cluster state");
+    let client = cluster::api::client(&state.kubeconfig)
+        .await
+        .expect("client");
+    Cluster { client, state }
 }
 
 /// `fc` and ten hex digits, like a run id.
@@ -277,14 +266,17 @@ where
 
 #[test]
 fn an_abandoned_reaper_removes_the_run_namespace_and_then_itself() {
-    let _one = kube();
-    let rt = runtime();
-    let Some(c) = rt.block_on(cluster_or_skip("k8s_reaper")) else {
+    if !docker::docker_or_skip("k8s_reaper") {
         return;
-    };
+    }
+    let _one = kube();
+    let tc = TestCluster::take("k8s_reaper");
+    let rt = runtime();
+    let c = rt.block_on(connect(&tc));
     let id = run_id();
     let ns = format!("fencecheck-{id}");
     with_cleanup(&rt, &c, &ns, &id, abandoned(&c, &ns, &id));
+    tc.finish();
 }
 
 async fn abandoned(c: &Cluster, ns: &str, id: &str) {
@@ -396,14 +388,17 @@ async fn abandoned(c: &Cluster, ns: &str, id: &str) {
 
 #[test]
 fn a_stopped_reaper_goes_and_leaves_the_run_namespace_alone() {
-    let _one = kube();
-    let rt = runtime();
-    let Some(c) = rt.block_on(cluster_or_skip("k8s_reaper")) else {
+    if !docker::docker_or_skip("k8s_reaper") {
         return;
-    };
+    }
+    let _one = kube();
+    let tc = TestCluster::take("k8s_reaper");
+    let rt = runtime();
+    let c = rt.block_on(connect(&tc));
     let id = run_id();
     let ns = format!("fencecheck-{id}");
     with_cleanup(&rt, &c, &ns, &id, stopped(&c, &ns, &id));
+    tc.finish();
 }
 
 async fn stopped(c: &Cluster, ns: &str, id: &str) {

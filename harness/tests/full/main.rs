@@ -39,3 +39,5 @@ mod shard;
 mod shrink;
 mod verdicts;
 mod zk_scenarios;
+mod zoo_etcd;
+mod zoo_zk;

@@ -5,14 +5,7 @@ use super::*;
 
 pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
     let f = &ctx.report.checks.fencing;
-    check_header(
-        h,
-        ctx,
-        "fencing",
-        "fencing",
-        f.valid,
-        "Was a write from an older lock grant accepted after a newer grant had written?",
-    );
+    check_header(h, ctx, &descriptor::FENCING, f.valid);
     let bad = |n: u64| if n > 0 { "bad" } else { "" };
     tiles(
         h,
@@ -54,9 +47,15 @@ pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
         let _ = writeln!(
             h,
             "<p class=\"lower-bound\" id=\"fencing-lower-bound\">≥ {} stale accepted \
-             is a lower bound: {} writes unjudged (their answer was unknown, or they named \
-             no grant the harness observed)</p>",
-            f.stale_accepted, f.unjudged
+             is a lower bound: {} writes unjudged ({})</p>",
+            f.stale_accepted,
+            f.unjudged,
+            escape(
+                descriptor::FENCING
+                    .lower_bound
+                    .and_then(|l| l.unjudged)
+                    .unwrap_or_default()
+            )
         );
     }
     if f.violations.is_empty() {
@@ -108,14 +107,7 @@ pub(super) fn fencing_section(h: &mut String, ctx: &Ctx) {
 
 pub(super) fn mutex_section(h: &mut String, ctx: &Ctx) {
     let m = &ctx.report.checks.mutex;
-    check_header(
-        h,
-        ctx,
-        "mutex",
-        "mutex",
-        m.valid,
-        "Did two workers hold the lock at the same time (client-observed)?",
-    );
+    check_header(h, ctx, &descriptor::MUTEX, m.valid);
     tiles(
         h,
         &[
@@ -156,15 +148,10 @@ pub(super) fn mutex_section(h: &mut String, ctx: &Ctx) {
 }
 
 pub(super) fn exclusion_section(h: &mut String, ctx: &Ctx, x: &crate::ExclusionCheck) {
-    check_header(
-        h,
-        ctx,
-        "exclusion",
-        "exclusion",
-        x.valid,
-        "Was a client told it holds a lock the service never granted it, or did two \
-         holders overlap with both sessions alive? (A bug of the lock, unlike the mutex \
-         overlap of a lease lock under a pause.)",
+    check_header(h, ctx, &descriptor::EXCLUSION, x.valid);
+    h.push_str(
+        "<p class=\"muted\">A bug of the lock, unlike the mutex overlap of a lease lock \
+         under a pause.</p>\n",
     );
     let bad = |n: u64| if n > 0 { "bad" } else { "" };
     tiles(
@@ -268,14 +255,7 @@ pub(super) fn exclusion_section(h: &mut String, ctx: &Ctx, x: &crate::ExclusionC
 
 pub(super) fn counter_section(h: &mut String, ctx: &Ctx) {
     let c = &ctx.report.checks.counter;
-    check_header(
-        h,
-        ctx,
-        "counter",
-        "counter",
-        c.valid,
-        "Were acknowledged increments lost?",
-    );
+    check_header(h, ctx, &descriptor::COUNTER, c.valid);
     tiles(
         h,
         &[

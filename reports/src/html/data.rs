@@ -73,10 +73,13 @@ fn fault_counts_table(h: &mut String, r: &Report) {
     if r.fault_counts.is_empty() {
         return;
     }
-    h.push_str(
-        "<h3>Fault confirmation</h3>\n<table class=\"exp\" id=\"fault-counts\">\n<thead><tr>\
+    let _ = write!(
+        h,
+        "<h3>Fault confirmation</h3>\n<p class=\"question\">{}</p>\n\
+         <table class=\"exp\" id=\"fault-counts\">\n<thead><tr>\
          <th>kind</th><th>planned</th><th>injected</th><th>confirmed</th><th>unconfirmed</th>\
          <th>skipped</th></tr></thead>\n<tbody>\n",
+        escape(descriptor::FAULTS.summary)
     );
     for c in &r.fault_counts {
         let _ = writeln!(

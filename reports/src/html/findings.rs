@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::{check_header, escape, folded_list, hex_id, tiles, Ctx, MAX_LISTED};
+use crate::descriptor;
 use crate::TokenCheck;
 
 pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
@@ -31,11 +32,11 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         );
     }
     let l = &f.liveness;
+    question(h, "liveness", "Liveness", &descriptor::LIVENESS);
     let _ = writeln!(
         h,
-        "<h3 id=\"liveness\">Liveness</h3>\n<p>Workers left waiting ≥ {} s while the service \
-         held no entry of the lock (a waiter never woken, a lock stuck after a reconnect), \
-         neither paused nor cut off meanwhile: {}.</p>",
+        "<p>Workers left waiting ≥ {} s while the lock was free (a waiter never woken, a \
+         lock stuck after a reconnect): {}.</p>",
         l.threshold_ms / 1000,
         l.stuck_waits
     );
@@ -59,8 +60,42 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
             .collect();
         folded_list(h, "liveness-stuck", &items);
     }
+    let _ = writeln!(
+        h,
+        "<p>Holders never told that the service had ended their session (no session loss \
+         reported, no failed keepalive, from the grant to their next acquisition): {}.</p>",
+        l.untold_holders
+    );
+    if !l.untold.is_empty() {
+        let items: Vec<String> = l
+            .untold
+            .iter()
+            .take(MAX_LISTED)
+            .map(|u| {
+                format!(
+                    "<li class=\"violation\">{}</li>",
+                    escape(&format!(
+                        "Worker {} held {} from {}; the service ended session {} at {}; \
+                         the hold ended at {}, and the worker was never told.",
+                        u.worker,
+                        u.key,
+                        ctx.clock.at(u.hold_start_ns),
+                        u.session,
+                        ctx.clock.at(u.session_ended_ns),
+                        ctx.clock.at(u.hold_end_ns)
+                    ))
+                )
+            })
+            .collect();
+        folded_list(h, "liveness-untold", &items);
+    }
     let g = &f.grant_validity;
-    h.push_str("<h3 id=\"grant-validity\">Grant validity</h3>\n<p>Grants a client was told about after its session had already ended at the service.</p>\n");
+    question(
+        h,
+        "grant-validity",
+        "Grant validity",
+        &descriptor::GRANT_VALID,
+    );
     tiles(
         h,
         &[
@@ -100,7 +135,13 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         h.push_str("</tbody></table>\n");
     }
     let u = &f.unsafe_window;
-    h.push_str("<h3 id=\"unsafe-window\">Unsafe windows</h3>\n<p>Holds whose session ended at the service while the holder went on (outlived), or had already ended when the grant was told (granted-dead: the window is the whole hold): how long it kept using the storage afterwards, and what the fence did with it. Marked on the timeline in red.</p>\n");
+    question(
+        h,
+        "unsafe-window",
+        "Unsafe windows",
+        &descriptor::UNSAFE_WINDOW,
+    );
+    h.push_str("<p>Holds whose session ended at the service while the holder went on (outlived), or had already ended when the grant was told (granted-dead: the window is the whole hold). Marked on the timeline in red.</p>\n");
     if let Some(why) = &u.lower_bound {
         let _ = writeln!(
             h,
@@ -145,7 +186,8 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
         let p = &u.post_loss;
         let _ = writeln!(
             h,
-            "<h4 id=\"post-loss\">Post-loss action window</h4>\n<p>The same windows cut where \
+            "<h4 id=\"post-loss\">Post-loss action window</h4>\n<p class=\"question\">{}</p>\n\
+             <p>The same windows cut where \
              the client itself said it had lost the lock (an elector at its renew deadline, \
              a keepalive that failed): {} of {} unsafe holders said so before letting go, \
              p50 {:.0} ms (max {:.0} ms) after the service had moved on.</p>\n\
@@ -153,6 +195,7 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
              <th>writes refused</th><th>writes accepted</th><th>reads</th></tr></thead><tbody>\n\
              <tr><td>before it knew</td><td>{}</td><td>{}</td><td>{}</td></tr>\n\
              <tr><td>after it knew</td><td>{}</td><td>{}</td><td>{}</td></tr>\n</tbody></table>",
+            escape(descriptor::POST_LOSS.summary),
             p.told,
             p.told + p.untold,
             p.believed_p50_ms,
@@ -190,16 +233,17 @@ pub(super) fn findings_section(h: &mut String, ctx: &Ctx) {
     h.push_str("</section>\n");
 }
 
-pub(super) fn token_section(h: &mut String, ctx: &Ctx, t: &TokenCheck) {
-    check_header(
+/// A finding's heading and its descriptor's question.
+fn question(h: &mut String, id: &str, title: &str, d: &descriptor::Descriptor) {
+    let _ = writeln!(
         h,
-        ctx,
-        "token",
-        "token",
-        t.valid,
-        "Is the token the clients sent a fencing token — does it grow with every grant, \
-         in the service's own order, and is it never shared by two grants?",
+        "<h3 id=\"{id}\">{title}</h3>\n<p class=\"question\">{}</p>",
+        escape(d.summary)
     );
+}
+
+pub(super) fn token_section(h: &mut String, ctx: &Ctx, t: &TokenCheck) {
+    check_header(h, ctx, &descriptor::TOKEN, t.valid);
     tiles(
         h,
         &[

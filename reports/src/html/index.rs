@@ -51,7 +51,11 @@ pub fn render_index(entries: &[SuiteEntry]) -> String {
             version = escape(&e.version),
         );
     }
-    h.push_str("</tbody></table></section>\n</main>\n<script>\n");
+    h.push_str("</tbody></table></section>\n");
+    // What each check asks, so the key counts read without a run's report.
+    h.push_str("<section class=\"card\" id=\"checks\"><h2>The checks</h2>\n<dl class=\"defs\">\n");
+    check_defs(&mut h);
+    h.push_str("</dl></section>\n</main>\n<script>\n");
     h.push_str(INDEX_JS);
     h.push_str("</script>\n</body>\n</html>\n");
     h

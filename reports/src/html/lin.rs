@@ -4,14 +4,7 @@
 use super::*;
 
 pub(super) fn linearizable_section(h: &mut String, ctx: &Ctx, l: &LinearizableCheck) {
-    check_header(
-        h,
-        ctx,
-        "linearizable",
-        "linearizable",
-        l.valid,
-        "Does the client-observed storage history fit a fenced register?",
-    );
+    check_header(h, ctx, &descriptor::LINEARIZABLE, l.valid);
     let _ = writeln!(
         h,
         "<p>{} operations checked against the <code>{}</code> model in {:.0} ms.</p>",

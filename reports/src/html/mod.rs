@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::descriptor::{self, Descriptor};
 use crate::{
     Expectation, FaultWindow, Hold, LinearizableCheck, Overlap, Report, StaleWrite, Timeline,
     Validity, WriteRef,
@@ -316,22 +317,10 @@ impl Columns {
     }
 }
 
-/// Which checker an expectation belongs to, to repeat it in that checker's section.
+/// Which checker an expectation belongs to, to repeat it in that checker's
+/// section: the descriptor that lists it ("" for a run statistic).
 fn expectation_checker(name: &str) -> &'static str {
-    let n = name.to_ascii_lowercase();
-    if n.contains("linear") {
-        "linearizable"
-    } else if n.contains("exclusion") {
-        "exclusion"
-    } else if n.contains("mutex") || n.contains("overlap") {
-        "mutex"
-    } else if n.contains("lost") || n.contains("counter") || n.contains("increment") {
-        "counter"
-    } else if n.contains("fenc") || n.contains("stale") || n.contains("fresh") {
-        "fencing"
-    } else {
-        ""
-    }
+    descriptor::judged_by(name).map_or("", |d| d.name)
 }
 
 struct Ctx<'a> {
@@ -532,7 +521,11 @@ mod tests {
         assert_eq!(expectation_checker("fencing_violations"), "fencing");
         assert_eq!(expectation_checker("stale_rejected"), "fencing");
         assert_eq!(expectation_checker("mutex_overlaps"), "mutex");
-        assert_eq!(expectation_checker("lost_increments"), "counter");
+        assert_eq!(expectation_checker("fresh_rejected"), "fencing");
+        assert_eq!(expectation_checker("lost_updates"), "counter");
         assert_eq!(expectation_checker("linearizable"), "linearizable");
+        assert_eq!(expectation_checker("exclusion_violations"), "exclusion");
+        assert_eq!(expectation_checker("token_repeats"), "token");
+        assert_eq!(expectation_checker("keepalive_lost"), "");
     }
 }

@@ -151,26 +151,13 @@ pub(super) fn expectations_table(h: &mut String, exps: &[Expectation], id: &str)
 
 pub(super) fn nav(h: &mut String, r: &Report) {
     h.push_str("<nav id=\"toc\"><a href=\"#run\">run</a>");
-    for (id, name, v) in [
-        ("check-fencing", "fencing", Some(r.checks.fencing.valid)),
-        ("check-mutex", "mutex", Some(r.checks.mutex.valid)),
-        ("check-counter", "counter", Some(r.checks.counter.valid)),
-        (
-            "check-linearizable",
-            "linearizable",
-            r.checks.linearizable.as_ref().map(|l| l.valid),
-        ),
-        (
-            "check-token",
-            "token",
-            r.checks.token.as_ref().map(|t| t.valid),
-        ),
-    ] {
-        if let Some(v) = v {
+    for d in descriptor::ALL {
+        if let Some(v) = r.checks.validity(d) {
             let _ = write!(
                 h,
-                "<a href=\"#{id}\" class=\"v-{}\">{name}</a>",
-                validity_class(v)
+                "<a href=\"#check-{name}\" class=\"v-{}\">{name}</a>",
+                validity_class(v),
+                name = d.name
             );
         }
     }
@@ -283,7 +270,12 @@ pub(super) fn run_facts(h: &mut String, ctx: &Ctx) {
         h.push_str("</ul></div>\n");
     }
     if !ctx.report.coverage.is_empty() {
-        h.push_str("<div id=\"coverage\" class=\"problems\"><h3>Not tested: why this run cannot pass</h3><ul>\n");
+        let _ = writeln!(
+            h,
+            "<div id=\"coverage\" class=\"problems\"><h3>Not tested: why this run cannot \
+             pass</h3><p class=\"question\">{}</p><ul>",
+            escape(descriptor::COVERAGE.summary)
+        );
         for p in &ctx.report.coverage {
             let _ = writeln!(h, "<li>{}</li>", escape(p));
         }
@@ -315,6 +307,36 @@ pub(super) const LEGEND: &str = "<li><span class=\"sw hold\"></span>lock hold (a
 <li><span class=\"sw f-other\"></span>other fault</li>\n\
 ";
 
+/// Every check's descriptor as a definition: its question, how it fails, and
+/// when its counts are a floor.
+pub(super) fn check_defs(h: &mut String) {
+    for d in descriptor::ALL {
+        let _ = write!(
+            h,
+            "<dt>{}</dt><dd>{} <i>It {}.</i>",
+            d.name,
+            escape(d.summary),
+            escape(&d.fails.words())
+        );
+        if !d.expectations.is_empty() {
+            let fields: Vec<String> = d
+                .expectations
+                .iter()
+                .map(|x| format!("<code>{x}</code>"))
+                .collect();
+            let _ = write!(h, " Its [expect] fields: {}.", fields.join(", "));
+        }
+        if let Some(lb) = d.lower_bound {
+            let _ = write!(h, " ≥ marks a floor: {}", escape(lb.no_log));
+            if let Some(why) = lb.unjudged {
+                let _ = write!(h, "; unjudged writes: {}", escape(why));
+            }
+            h.push('.');
+        }
+        h.push_str("</dd>\n");
+    }
+}
+
 pub(super) fn how_to_read(h: &mut String) {
     h.push_str(
         "<section id=\"howto\" class=\"card\">\n<details open>\n<summary><h2>How to read this report</h2></summary>\n\
@@ -322,18 +344,11 @@ pub(super) fn how_to_read(h: &mut String) {
 <p>Workers contend for one etcd lock per key and, while they believe they hold it, do read-modify-write \
 increments on the storage, sending a <b>fencing token</b> with each write. The nemesis injects faults \
 (SIGSTOP pauses, lease revocation) so that a holder loses its lock without knowing.</p>\n\
-<dl class=\"defs\">\n\
-<dt>fencing</dt><dd>Was a write from an <em>older</em> lock grant accepted after a newer grant had written? \
-Each such write is a violation. <i>Stale rejected</i> is fencing doing its job; <i>fresh rejected</i> means the \
-storage refused the legitimate holder (a liveness failure).</dd>\n\
-<dt>mutex</dt><dd>Did two workers believe they held the lock at once (from seeing <code>acquire ok</code> to \
-invoking <code>release</code>)? Under pauses this is <em>expected</em>: a lease lock alone is not a mutex — \
-that is why fencing exists.</dd>\n\
-<dt>counter</dt><dd>Every accepted write is one increment, so the final value must equal the increments the \
-storage accepted; <i>lost</i> counts the overwritten ones.</dd>\n\
-<dt>linearizable</dt><dd>Does the client-observed storage history fit a fenced register? A counterexample \
-lists the longest order that fits and the operations that cannot come next.</dd>\n\
-<dt>verdict</dt><dd>PASS when every expectation of the scenario holds (a checker may be INVALID and the run \
+<dl class=\"defs\" id=\"check-defs\">\n",
+    );
+    check_defs(h);
+    h.push_str(
+        "<dt>verdict</dt><dd>PASS when every expectation of the scenario holds (a checker may be INVALID and the run \
 still PASS, e.g. the negative-control scenarios expect violations).</dd>\n\
 </dl>\n</div>\n<div>\n<h3>Timeline colours</h3>\n<ul class=\"legend\">\n",
     );
@@ -345,14 +360,10 @@ drag to pan, shift-drag to zoom into a range, hover for details. Times are secon
     );
 }
 
-pub(super) fn check_header(
-    h: &mut String,
-    ctx: &Ctx,
-    id: &str,
-    name: &str,
-    valid: Validity,
-    question: &str,
-) {
+/// A check's section opens with its verdict, its name and its descriptor's
+/// question, then the scenario's expectations that judge it.
+pub(super) fn check_header(h: &mut String, ctx: &Ctx, d: &Descriptor, valid: Validity) {
+    let (id, name) = (d.name, d.name);
     let _ = write!(
         h,
         "<section id=\"check-{id}\" class=\"card check\" data-checker=\"{id}\" data-valid=\"{v}\">\n\
@@ -364,7 +375,7 @@ pub(super) fn check_header(
         },
         cls = validity_class(valid),
         vtext = valid,
-        q = escape(question),
+        q = escape(d.summary),
     );
     let exps: Vec<Expectation> = ctx
         .report

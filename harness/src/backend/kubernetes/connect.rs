@@ -330,7 +330,7 @@ pub async fn connect(
             };
             bail!(
                 "backend \"kubernetes\": the kubeconfig {}'s user may not {verb} {what}{} \
-                 (SelfSubjectAccessReview said no); the RBAC a run needs is in docs/backends.md",
+                 (SelfSubjectAccessReview said no); the RBAC a run needs is in docs/kubernetes.md",
                 path.display(),
                 if namespaced {
                     " in a namespace of its own"

@@ -3,7 +3,7 @@
 //! labelled `fencecheck.run=<run id>`), talked to through the API server with
 //! kube-rs only (no `kubectl`).
 //!
-//! What runs where, today (docs/backends.md says the same, with what is not built):
+//! What runs where, today (docs/kubernetes.md says the same, with what is not built):
 //! - Each member is a pod on the harness's own node, on the host's network, placed
 //!   exactly as the process backend places a member (its own loopback address, a
 //!   fault proxy of the harness's in front of every peer port, data and config

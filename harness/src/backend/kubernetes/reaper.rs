@@ -45,7 +45,7 @@ const BINARY: &str = "/fencecheck-reaper";
 pub struct ReaperAccess {
     /// The API server's URL as the reaper's pod reaches it.
     pub server: String,
-    /// A token allowed what the reaper does (docs/backends.md lists the RBAC).
+    /// A token allowed what the reaper does (docs/kubernetes.md lists the RBAC).
     pub token: String,
     /// The CA of the API server's certificate, PEM.
     pub ca_pem: String,

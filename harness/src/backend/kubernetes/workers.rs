@@ -25,7 +25,7 @@
 //! the nemesis stops, continues and kills its process group as it does a worker
 //! process's, confirmed from this machine's `/proc`. Not the agent's exec: an
 //! aimed pause falls between a worker's read and its write, microseconds apart,
-//! and an exec round trip through the API server takes 84–99 ms (docs/backends.md).
+//! and an exec round trip through the API server takes 84–99 ms (docs/figures.md).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

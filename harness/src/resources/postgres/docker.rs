@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result};
 
 use super::image::{PG_DATA, PG_PORT};
-use crate::images::BuildContext;
+use crate::image_context::BuildContext;
 use crate::resources::container::{ContainerStorage, StorageSpec};
 use crate::scenario::{Scenario, SyncCommit};
 

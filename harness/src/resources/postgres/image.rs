@@ -25,7 +25,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::images::{add_file, shared_libraries, sorted_entries, BuildContext};
+use crate::image_context::{add_file, shared_libraries, sorted_entries, BuildContext};
 
 /// The image's Dockerfile; the build context is assembled by [`context`].
 pub const POSTGRES_DOCKERFILE: &str = include_str!("../../../../ci/images/postgres.Dockerfile");

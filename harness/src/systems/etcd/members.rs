@@ -50,8 +50,8 @@ impl Deploy for EtcdDeploy {
     fn members(&self, _s: &Scenario, at: &[Placement]) -> Result<Vec<MemberSpec>> {
         Ok(member_specs(&self.bin, at))
     }
-    fn image(&self) -> Result<crate::images::BuildContext> {
-        crate::images::program_context(&self.bin, DOCKERFILE)
+    fn image(&self) -> Result<crate::image_context::BuildContext> {
+        crate::image_context::program_context(&self.bin, DOCKERFILE)
     }
 }
 

@@ -22,17 +22,9 @@ pub struct EtcdBinary {
     pub source: String,
 }
 
-/// `$FENCECHECK_CACHE`, else `$XDG_CACHE_HOME/fencecheck`, else `~/.cache/fencecheck`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("FENCECHECK_CACHE") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("fencecheck");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(home).join(".cache").join("fencecheck")
-}
+/// fencecheck's cache directory, where the scenario language's `{cache}` is
+/// defined (the config imports nothing of the crate, so it lives there).
+pub use crate::scenario::cache_dir;
 
 /// The version an etcd binary reports (`etcd --version` → "etcd Version: 3.5.1").
 pub fn binary_version(path: &Path) -> Option<String> {

@@ -202,7 +202,10 @@ impl LockService for EtcdService {
             loop {
                 let msg = tokio::select! {
                     m = stream.message() => m,
-                    _ = stop.changed() => return Ok(()),
+                    _ = stop.changed() => {
+                        self.settle(&mut stream, &out).await;
+                        return Ok(());
+                    }
                 };
                 let resp = match msg {
                     Ok(Some(r)) => r,
@@ -211,6 +214,15 @@ impl LockService for EtcdService {
                         break;
                     }
                 };
+                if resp.created() {
+                    // The watch is up: it sends every change after the revision
+                    // it started at (the member's, when none was asked), and a
+                    // watch again after a lost stream starts right after it.
+                    if from_rev == 0 {
+                        from_rev = resp.header().map_or(0, |h| h.revision() + 1);
+                    }
+                    out.ready();
+                }
                 let now = monotonic_ns();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
@@ -226,6 +238,60 @@ impl LockService for EtcdService {
         }
     }
 }
+
+/// How long the observer keeps reading after the run asked it to stop.
+const SETTLE_MAX: Duration = Duration::from_secs(3);
+
+impl EtcdService {
+    /// Before the observer stops: what the watch still has in flight. The last
+    /// grants of a run are answered just before the workers stop and reach the
+    /// watch after; missing from the record, they would be judged phantoms. A
+    /// linearizable read gives the revision every grant so far is at or below;
+    /// the watch is read until its progress answer (etcd sends it once it has
+    /// sent every event up to its member's revision) reaches that revision: the
+    /// member watched may be a follower behind the leader. Within SETTLE_MAX.
+    async fn settle(&self, stream: &mut etcd_client::WatchStream, out: &ObservationWriter) {
+        let until = tokio::time::Instant::now() + SETTLE_MAX;
+        let mut etcd = self.etcd.clone();
+        let Ok(Ok(read)) = tokio::time::timeout_at(until, etcd.get(SETTLE_KEY, None)).await else {
+            return;
+        };
+        let Some(target) = read.header().map(|h| h.revision()) else {
+            return;
+        };
+        loop {
+            if stream.request_progress().await.is_err() {
+                return;
+            }
+            loop {
+                let Ok(Ok(Some(resp))) = tokio::time::timeout_at(until, stream.message()).await
+                else {
+                    return;
+                };
+                if resp.events().is_empty() && !resp.created() && !resp.canceled() {
+                    if resp.header().map_or(0, |h| h.revision()) >= target {
+                        tracing::debug!("observer settled at revision {target}");
+                        return;
+                    }
+                    break;
+                }
+                let now = monotonic_ns();
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    if let Some(o) = observation(now, ev.event_type(), kv, ev.prev_kv()) {
+                        out.write(&o);
+                    }
+                }
+            }
+            // The member is behind: ask again shortly (the poll's interval).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A key no one writes: reading it is how the observer learns the current
+/// revision.
+const SETTLE_KEY: &str = "fencecheck-observer-settle";
 
 /// A lock entry's value as text for matching an external client's `value`:
 /// UTF-8 as is, anything else (python-etcd3's raw uuid bytes) as lowercase hex;

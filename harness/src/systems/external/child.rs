@@ -61,7 +61,7 @@ pub fn spawn(ext: &ExternalConfig, worker: u32, lost: LostSlot) -> Result<Proc, 
         .env("FENCECHECK_WORKER", worker.to_string())
         // The worker's access token is not the adapter's environment's (the
         // adapter gets it in `open`).
-        .env_remove(crate::worker::ACCESS_ENV)
+        .env_remove(crate::systems::service::ACCESS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);

@@ -17,56 +17,25 @@ mod child;
 pub mod owner;
 pub mod wire;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
+// The adapter's config and its protocol error are part of the client seam
+// (`ClientConfig::external`, `LockClient::client_error`), defined there.
 use crate::systems::client::{Acquire, ClientConfig, Granted, LockClient, Session};
+pub use crate::systems::client::{ClientError, ExternalConfig};
 use child::{running_timeout, FromClient, LostSlot, Proc};
 
 /// How long a client has to say hello (a JVM needs a few seconds).
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// `open`, `release`, `close`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `[client]` as a worker needs it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExternalConfig {
-    /// argv, `command[0]` resolved.
-    pub command: Vec<String>,
-    /// Which token of the answer is sent (`[client] token`).
-    pub token: String,
-    /// Send no token at all (`[storage] token = "none"`).
-    #[serde(default)]
-    pub no_token: bool,
-    /// Where the client's stderr goes.
-    pub log: PathBuf,
-}
-
-/// A broken protocol rule: what, and the offending line (truncated).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientError {
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<String>,
-}
-
-impl std::fmt::Display for ClientError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(l) = &self.line {
-            write!(f, ": {l}")?;
-        }
-        Ok(())
-    }
-}
 
 pub struct ExternalClient {
     cfg: ClientConfig,

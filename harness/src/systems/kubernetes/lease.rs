@@ -19,7 +19,7 @@ use crate::systems::service::ServiceAccess;
 
 /// The namespace every Lease is in on the run's own apiserver (its bootstrap
 /// controller makes it).
-pub const NAMESPACE: &str = "default";
+pub const NAMESPACE: &str = ServiceAccess::DEFAULT_NAMESPACE;
 const PREFIX: &str = "fencecheck-";
 /// The identity the harness writes into a Lease to take it away from its holder
 /// (`expire-session`): what an operator with `kubectl` could do.

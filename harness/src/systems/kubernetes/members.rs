@@ -31,7 +31,7 @@ const ETCD: EtcdVersion = EtcdVersion::V3_4;
 
 /// Where `ci/kubernetes.sh` puts the binary.
 pub fn apiserver_path() -> PathBuf {
-    crate::systems::etcd::provision::cache_dir().join("kubernetes/bin/kube-apiserver")
+    crate::scenario::cache_dir().join("kubernetes/bin/kube-apiserver")
 }
 
 pub struct KubeDeploy {
@@ -157,11 +157,11 @@ impl Deploy for KubeDeploy {
     /// etcd's image with kube-apiserver (and what it loads, if anything) beside
     /// it, each at its path on this machine: the kubernetes backend's pods. The
     /// docker backend does not run this system yet (`runs_on_docker`).
-    fn image(&self) -> Result<crate::images::BuildContext> {
+    fn image(&self) -> Result<crate::image_context::BuildContext> {
         let mut ctx = self.etcd.image()?;
-        crate::images::add_file(&mut ctx.files, &self.apiserver, &self.apiserver)?;
-        for lib in crate::images::shared_libraries(&self.apiserver)? {
-            crate::images::add_file(&mut ctx.files, &lib, &lib)?;
+        crate::image_context::add_file(&mut ctx.files, &self.apiserver, &self.apiserver)?;
+        for lib in crate::image_context::shared_libraries(&self.apiserver)? {
+            crate::image_context::add_file(&mut ctx.files, &lib, &lib)?;
         }
         Ok(ctx)
     }

@@ -217,27 +217,26 @@ impl LockService for KubeService {
                 }
             };
             let mut stream = stream.boxed();
+            // Listed, and watching from the list's version: nothing falls between.
+            out.ready();
             loop {
                 let ev = tokio::select! {
                     e = stream.next() => e,
-                    _ = stop.changed() => return Ok(()),
+                    _ = stop.changed() => {
+                        self.settle(&mut stream, &mut state, &out).await;
+                        return Ok(());
+                    }
                 };
                 let now = monotonic_ns();
                 match ev {
-                    Some(Ok(WatchEvent::Added(l))) | Some(Ok(WatchEvent::Modified(l))) => {
-                        for o in state.on_lease(now, &l, false) {
-                            out.write(&o);
-                        }
-                    }
-                    Some(Ok(WatchEvent::Deleted(l))) => {
-                        for o in state.on_lease(now, &l, true) {
-                            out.write(&o);
-                        }
-                    }
-                    Some(Ok(WatchEvent::Bookmark(_))) => {}
                     Some(Ok(WatchEvent::Error(e))) => {
                         gap(&out, format!("watch: {}", e.message), &mut stop).await;
                         break;
+                    }
+                    Some(Ok(ev)) => {
+                        for o in on_event(&mut state, now, ev) {
+                            out.write(&o);
+                        }
                     }
                     Some(Err(e)) => {
                         gap(&out, format!("watch: {e}"), &mut stop).await;
@@ -249,6 +248,59 @@ impl LockService for KubeService {
             }
             if *stop.borrow() {
                 return Ok(());
+            }
+        }
+    }
+}
+
+/// What one watch event makes of the Leases' terms.
+fn on_event(state: &mut Terms, now: u64, ev: WatchEvent<Lease>) -> Vec<Observation> {
+    match ev {
+        WatchEvent::Added(l) | WatchEvent::Modified(l) => state.on_lease(now, &l, false),
+        WatchEvent::Deleted(l) => state.on_lease(now, &l, true),
+        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => Vec::new(),
+    }
+}
+
+/// How long the observer keeps reading after the run asked it to stop, and how
+/// long a quiet watch counts as drained.
+const SETTLE_MAX: Duration = Duration::from_secs(3);
+const SETTLE_QUIET: Duration = Duration::from_millis(500);
+
+impl KubeService {
+    /// Before the observer stops: what the watch still had in flight (the last
+    /// grants of a run, answered just before the workers stopped, reach the
+    /// watch after them), then one list, so that the Leases' last terms are in
+    /// the record, seen late rather than missing (a grant missing from the
+    /// record would be judged a phantom).
+    async fn settle<S>(&self, stream: &mut S, state: &mut Terms, out: &ObservationWriter)
+    where
+        S: futures_util::Stream<Item = kube::Result<WatchEvent<Lease>>> + Unpin,
+    {
+        let until = tokio::time::Instant::now() + SETTLE_MAX;
+        loop {
+            let quiet =
+                SETTLE_QUIET.min(until.saturating_duration_since(tokio::time::Instant::now()));
+            match tokio::time::timeout(quiet, stream.next()).await {
+                Ok(Some(Ok(ev))) => {
+                    for o in on_event(state, monotonic_ns(), ev) {
+                        out.write(&o);
+                    }
+                }
+                _ => break,
+            }
+        }
+        let left = until
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(CALL);
+        if let Ok(Ok(list)) =
+            tokio::time::timeout(left, self.api.list(&ListParams::default())).await
+        {
+            let now = monotonic_ns();
+            for l in &list.items {
+                for o in state.on_lease(now, l, false) {
+                    out.write(&o);
+                }
             }
         }
     }

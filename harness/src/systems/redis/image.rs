@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::images::{add_file, shared_libraries, BuildContext};
+use crate::image_context::{add_file, shared_libraries, BuildContext};
 
 /// The image's build file (`ci/images/`, included so the harness builds it).
 pub const REDIS_DOCKERFILE: &str = include_str!("../../../../ci/images/redis.Dockerfile");

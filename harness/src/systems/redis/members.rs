@@ -120,7 +120,7 @@ impl Deploy for RedisDeploy {
         let persistence = s.lock.persistence.unwrap_or_default();
         Ok(member_specs(self.clockshim.as_deref(), persistence, at))
     }
-    fn image(&self) -> Result<crate::images::BuildContext> {
+    fn image(&self) -> Result<crate::image_context::BuildContext> {
         crate::systems::redis::image::context()
             .with_context(|| format!("cannot package redis-server {} for an image", self.version))
     }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::images::{add_file, lexical, shared_libraries_but, sorted_entries, BuildContext};
+use crate::image_context::{add_file, lexical, shared_libraries_but, sorted_entries, BuildContext};
 
 /// The image's build file (`ci/images/`, included so the harness builds it).
 pub const ZOOKEEPER_DOCKERFILE: &str = include_str!("../../../../ci/images/zookeeper.Dockerfile");

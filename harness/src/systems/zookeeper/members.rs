@@ -171,7 +171,7 @@ impl Deploy for ZkDeploy {
     fn members(&self, _s: &Scenario, at: &[Placement]) -> Result<Vec<MemberSpec>> {
         member_specs(&self.java, &self.classpath, at)
     }
-    fn image(&self) -> Result<crate::images::BuildContext> {
+    fn image(&self) -> Result<crate::image_context::BuildContext> {
         crate::systems::zookeeper::image::context(&self.java, &self.classpath)
             .with_context(|| format!("cannot package zookeeper {} for an image", self.version))
     }

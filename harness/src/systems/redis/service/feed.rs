@@ -74,6 +74,9 @@ struct State {
     ended: HashSet<(String, String)>,
     next: i64,
     out: ObservationWriter,
+    /// Instances that have subscribed and read their keys: the feed is up once
+    /// every one has.
+    up: HashSet<usize>,
 }
 
 impl State {
@@ -198,6 +201,7 @@ pub async fn observe(
         ended: HashSet::new(),
         next: 0,
         out: out.clone(),
+        up: HashSet::new(),
     }));
     let tasks = clients.iter().enumerate().map(|(i, a)| {
         let (state, out, stop) = (state.clone(), out.clone(), stop.clone());
@@ -310,6 +314,10 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         for (name, v) in &now {
             s.apply(i, name, Some(v), Cause::Granted);
         }
+        s.up.insert(i);
+        if s.up.len() == s.per.len() {
+            s.out.ready();
+        }
     });
     *first = false;
     let mut msgs = pubsub.on_message();
@@ -342,6 +350,7 @@ mod tests {
             ended: HashSet::new(),
             next: 0,
             out: ObservationWriter::create(&path).expect("writer"),
+            up: HashSet::new(),
         };
         let reads = msgs
             .iter()

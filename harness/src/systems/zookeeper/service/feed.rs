@@ -273,6 +273,8 @@ async fn watch_tree(
             pause(&mut stop).await;
             continue;
         }
+        // Watching, then read what was there: nothing falls between.
+        out.ready();
         // After a disconnect, a reconnect is not always announced on the watcher
         // (seen after leader kills): poll the session state too, and on reconnect
         // start over — a fresh watch, then a reconcile.
