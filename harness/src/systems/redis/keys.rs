@@ -9,11 +9,18 @@ pub const LOCK_PREFIX: &str = "fencecheck:lock:";
 /// Prefix of every per-lock counter: `fencecheck:token:<name>`.
 pub const TOKEN_PREFIX: &str = "fencecheck:token:";
 /// The channel every lock change is published on: `granted <key> <owner>
-/// <counter>`, `released <key> <owner>`, `deleted <key> <owner>` (the harness's
-/// expire-session).
+/// <counter> <log id>`, `released <key> <owner> <log id>`, `deleted <key>
+/// <owner> <log id>` (the harness's expire-session).
 pub const EVENTS: &str = "fencecheck:events";
+/// The same changes kept in a stream (the message without its id, field `m`),
+/// so that an observer whose subscription was lost (the instance restarted,
+/// the connection broke) reads what it missed instead of leaving a hole: a
+/// Pub/Sub message sent while nobody listened is gone. Capped (`MAXLEN ~`): the
+/// observer reads it only after a lost connection, from the last id it saw.
+pub const LOG: &str = "fencecheck:log";
 
-/// SET NX PX, and with it INCR (when ARGV[4] is "1") and PUBLISH; returns the
+/// SET NX PX, and with it INCR (when ARGV[4] is "1"), the log entry and the
+/// PUBLISH ([`LOG`], [`EVENTS`]: the stream's name is written out); returns the
 /// counter (0 without INCR), or -1 when held.
 pub const ACQUIRE: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -21,7 +28,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[4] == '1' then
     t = redis.call('INCR', KEYS[2])
   end
-  redis.call('PUBLISH', ARGV[3], 'granted ' .. KEYS[1] .. ' ' .. ARGV[1] .. ' ' .. t)
+  local m = 'granted ' .. KEYS[1] .. ' ' .. ARGV[1] .. ' ' .. t
+  local id = redis.call('XADD', 'fencecheck:log', 'MAXLEN', '~', '100000', '*', 'm', m)
+  redis.call('PUBLISH', ARGV[3], m .. ' ' .. id)
   return t
 end
 return -1
@@ -39,7 +48,9 @@ return 0
 pub const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released ' .. KEYS[1] .. ' ' .. ARGV[1])
+  local m = 'released ' .. KEYS[1] .. ' ' .. ARGV[1]
+  local id = redis.call('XADD', 'fencecheck:log', 'MAXLEN', '~', '100000', '*', 'm', m)
+  redis.call('PUBLISH', ARGV[2], m .. ' ' .. id)
   return 1
 end
 return 0
@@ -53,7 +64,7 @@ pub fn lock_key(name: &str) -> String {
 /// Whether a Redis key is the harness's own bookkeeping (the token counters,
 /// the channel), never a lock entry.
 pub fn harness_own(key: &str) -> bool {
-    key.starts_with(TOKEN_PREFIX) || key == EVENTS
+    key.starts_with(TOKEN_PREFIX) || key == EVENTS || key == LOG
 }
 
 /// The storage key a Redis key is the lock of, whatever the library named it

@@ -41,7 +41,9 @@ for _, k in ipairs(KEYS) do
       -- Announced before the DEL: the observer also follows DEL keyspace events
       -- (as releases, for clients that publish nothing), and must learn first
       -- that this one ends a session.
-      redis.call('PUBLISH', ARGV[2], 'deleted ' .. k .. ' ' .. v)
+      local m = 'deleted ' .. k .. ' ' .. v
+      local id = redis.call('XADD', 'fencecheck:log', 'MAXLEN', '~', '100000', '*', 'm', m)
+      redis.call('PUBLISH', ARGV[2], m .. ' ' .. id)
       redis.call('DEL', k)
       n = n + 1
     end
@@ -188,12 +190,16 @@ return out
         .query_async(c)
         .await
         .context("reading the lock keys")?;
+    Ok(lock_values(&flat))
+}
+
+/// The lock keys of a flat `key, value, …` list of strings (as bytes).
+fn lock_values(flat: &[Vec<u8>]) -> BTreeMap<String, String> {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    Ok(flat
-        .chunks_exact(2)
+    flat.chunks_exact(2)
         .map(|kv| (text(&kv[0]), text(&kv[1])))
         .filter(|(k, _)| keys::lock_of(k).is_some())
-        .collect())
+        .collect()
 }
 
 #[async_trait::async_trait]

@@ -33,11 +33,11 @@ use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use super::read_locks;
+use super::lock_values;
 use crate::record::history::monotonic_ns;
 use crate::record::observe::{Observation, ObservationWriter};
 use crate::systems::redis::client as proto;
-use crate::systems::redis::keys::{self, Owner, EVENTS};
+use crate::systems::redis::keys::{self, Owner, EVENTS, LOG};
 
 const EXPIRED: &str = "__keyevent@0__:expired";
 /// How long one attempt to subscribe and read the keys may take (a few ms when the
@@ -77,6 +77,9 @@ struct State {
     /// Instances that have subscribed and read their keys: the feed is up once
     /// every one has.
     up: HashSet<usize>,
+    /// Per instance: the id of the last [`LOG`] entry applied, where a sync after
+    /// a lost subscription reads on from.
+    last: Vec<Option<String>>,
 }
 
 impl State {
@@ -121,8 +124,14 @@ impl State {
                 let mut it = payload.splitn(3, ' ');
                 let (what, key) = (it.next()?, it.next()?);
                 let n = name(key)?;
-                // granted/released/deleted: `<key> <owner> …`; read: `<key> <value>`.
+                // granted/released/deleted: `<key> <owner> … <log id>`; read:
+                // `<key> <value>`.
                 let rest = it.next()?;
+                if what != "read" {
+                    if let Some(id) = rest.rsplit(' ').next().filter(|id| log_id(id)) {
+                        self.last[i] = Some(id.to_string());
+                    }
+                }
                 let owner = rest.split(' ').next().unwrap_or(rest);
                 match what {
                     "granted" => self.apply(i, &n, Some(owner), Cause::Granted),
@@ -135,6 +144,38 @@ impl State {
                 }
                 None
             }
+        }
+    }
+
+    /// Instance `i` (re)connected: what it logged while nobody listened, in
+    /// its order, then its keys as they are now (a key gone ended its hold:
+    /// an expiry, or a restart that lost it), stamped now.
+    fn sync(&mut self, i: usize, synced: &Synced) {
+        if !synced.log.is_empty() {
+            tracing::debug!(
+                "redis {i}: {} changes read from the log after a lost subscription",
+                synced.log.len()
+            );
+        }
+        for (id, m) in &synced.log {
+            self.on_message(i, EVENTS, m);
+            self.last[i] = Some(id.clone());
+        }
+        let before: Vec<String> = self.per[i].keys().cloned().collect();
+        for name in before {
+            if !synced.keys.contains_key(&name) {
+                self.apply(i, &name, None, Cause::Ended);
+            }
+        }
+        for (name, v) in &synced.keys {
+            self.apply(i, name, Some(v), Cause::Granted);
+        }
+        if synced.newest.is_some() {
+            self.last[i] = synced.newest.clone();
+        }
+        self.up.insert(i);
+        if self.up.len() == self.per.len() {
+            self.out.ready();
         }
     }
 
@@ -202,6 +243,7 @@ pub async fn observe(
         next: 0,
         out: out.clone(),
         up: HashSet::new(),
+        last: vec![None; clients.len()],
     }));
     let tasks = clients.iter().enumerate().map(|(i, a)| {
         let (state, out, stop) = (state.clone(), out.clone(), stop.clone());
@@ -286,6 +328,8 @@ async fn instance(
 
 /// One connection's life: returns when the subscription ends.
 async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bool) -> Result<()> {
+    let marker = format!("{}-{i}", monotonic_ns());
+    let last = with(state, |s| s.last[i].clone()).flatten();
     let setup = async {
         let client = redis::Client::open(format!("redis://{addr}/"))?;
         let mut pubsub = client.get_async_pubsub().await?;
@@ -293,34 +337,34 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         pubsub.subscribe(EXPIRED).await?;
         pubsub.subscribe(SET).await?;
         pubsub.subscribe(DEL).await?;
-        // What the instance holds now (after subscribing, so nothing falls
-        // between): keys gone since the last look ended their holds (a restart
-        // without the AOF).
+        // After subscribing, so nothing falls between; `c` stays for the GET
+        // of an owner after a keyspace SET.
         let mut c = proto::connect(&addr.to_string()).await?;
-        let now = read_locks(&mut c).await?;
-        // `c` stays for the GET of an owner after a keyspace SET.
-        anyhow::Ok((pubsub, now, c))
+        let synced = sync(&mut c, &marker, last.as_deref()).await?;
+        anyhow::Ok((pubsub, synced, c))
     };
-    let (mut pubsub, now, mut c) = tokio::time::timeout(SETUP, setup)
+    let (mut pubsub, synced, mut c) = tokio::time::timeout(SETUP, setup)
         .await
         .context("subscribing and reading the lock keys timed out")??;
-    with(state, |s| {
-        let before: Vec<String> = s.per[i].keys().cloned().collect();
-        for name in before {
-            if !now.contains_key(&name) {
-                s.apply(i, &name, None, Cause::Ended);
+    let mut msgs = pubsub.on_message();
+    // What was published before the marker is in the sync already (its log
+    // entries, its keys as they were): skipped, so nothing is applied twice or
+    // out of order.
+    let sync_msg = format!("sync {marker}");
+    tokio::time::timeout(SETUP, async {
+        while let Some(m) = msgs.next().await {
+            if m.get_channel_name() == EVENTS
+                && m.get_payload::<String>().is_ok_and(|p| p == sync_msg)
+            {
+                return Ok(());
             }
         }
-        for (name, v) in &now {
-            s.apply(i, name, Some(v), Cause::Granted);
-        }
-        s.up.insert(i);
-        if s.up.len() == s.per.len() {
-            s.out.ready();
-        }
-    });
+        anyhow::bail!("the subscription ended before the sync's marker")
+    })
+    .await
+    .context("waiting for the sync's marker timed out")??;
+    with(state, |s| s.sync(i, &synced));
     *first = false;
-    let mut msgs = pubsub.on_message();
     while let Some(m) = msgs.next().await {
         let Ok(payload) = m.get_payload::<String>() else {
             continue;
@@ -331,6 +375,75 @@ async fn follow(i: usize, addr: SocketAddr, state: &Mutex<State>, first: &mut bo
         }
     }
     Ok(())
+}
+
+/// What one instance held and logged at one moment.
+struct Synced {
+    /// The [`LOG`] entries after the last one applied (none on a first
+    /// connection): (id, message), in order.
+    log: Vec<(String, String)>,
+    /// The newest entry's id, if the log has any.
+    newest: Option<String>,
+    /// Every lock key and its value.
+    keys: BTreeMap<String, String>,
+}
+
+/// Reads, in one script, the log entries after `last`, the newest entry's id and
+/// every lock key, and publishes `sync <marker>` on [`EVENTS`] at that same
+/// moment: what comes after the marker on the subscription is newer than all of
+/// it. A log lost with a restart (no persistence) starts again with larger ids
+/// (they are the instance's clock), so reading on from `last` reads all of it.
+async fn sync(
+    c: &mut redis::aio::MultiplexedConnection,
+    marker: &str,
+    last: Option<&str>,
+) -> Result<Synced> {
+    const SYNC: &str = r"
+local log = {}
+if ARGV[3] ~= '' then
+  for _, e in ipairs(redis.call('XRANGE', KEYS[1], '(' .. ARGV[3], '+')) do
+    log[#log + 1] = e[1]
+    log[#log + 1] = e[2][2]
+  end
+end
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local newest = ''
+if #top > 0 then newest = top[1][1] end
+local kv = {}
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  if redis.call('TYPE', k).ok == 'string' then
+    kv[#kv + 1] = k
+    kv[#kv + 1] = redis.call('GET', k)
+  end
+end
+redis.call('PUBLISH', ARGV[1], 'sync ' .. ARGV[2])
+return {newest, log, kv}
+";
+    let (newest, log, kv): (String, Vec<String>, Vec<Vec<u8>>) = redis::cmd("EVAL")
+        .arg(SYNC)
+        .arg(1)
+        .arg(LOG)
+        .arg(EVENTS)
+        .arg(marker)
+        .arg(last.unwrap_or(""))
+        .query_async(c)
+        .await
+        .context("reading the lock keys and the log")?;
+    Ok(Synced {
+        log: log
+            .chunks_exact(2)
+            .map(|e| (e[0].clone(), e[1].clone()))
+            .collect(),
+        newest: Some(newest).filter(|n| !n.is_empty()),
+        keys: lock_values(&kv),
+    })
+}
+
+/// A stream entry id (`<ms>-<seq>`), as the end of a published message.
+fn log_id(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    s.split_once('-')
+        .is_some_and(|(a, b)| digits(a) && digits(b))
 }
 
 #[cfg(test)]
@@ -351,6 +464,7 @@ mod tests {
             next: 0,
             out: ObservationWriter::create(&path).expect("writer"),
             up: HashSet::new(),
+            last: vec![None; 3],
         };
         let reads = msgs
             .iter()
@@ -409,6 +523,58 @@ mod tests {
                 .any(|o| matches!(o, Observation::SessionEnded { .. })),
             "{obs:?}"
         );
+    }
+
+    /// A lost subscription: the grants made and let go while nobody listened
+    /// come from the log, in order, then the keys as they are; the messages'
+    /// log ids are where the next sync reads on from.
+    #[test]
+    fn a_sync_reads_what_the_log_kept_while_nobody_listened() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("service.jsonl");
+        let mut s = State {
+            majority: 1,
+            per: vec![BTreeMap::new()],
+            held: HashMap::new(),
+            ended: HashSet::new(),
+            next: 0,
+            out: ObservationWriter::create(&path).expect("writer"),
+            up: HashSet::new(),
+            last: vec![None],
+        };
+        let key = "fencecheck:lock:k0";
+        let (a, b, c) = ("1:10:100:1", "2:20:200:2", "3:30:300:3");
+        s.on_message(0, EVENTS, &format!("granted {key} {a} 1 1700000000000-0"));
+        assert_eq!(s.last[0].as_deref(), Some("1700000000000-0"));
+        let entry = |id: &str, m: String| (id.to_string(), m);
+        s.sync(
+            0,
+            &Synced {
+                log: vec![
+                    entry("1700000000001-0", format!("released {key} {a}")),
+                    entry("1700000000002-0", format!("granted {key} {b} 2")),
+                    entry("1700000000003-0", format!("released {key} {b}")),
+                    entry("1700000000004-0", format!("granted {key} {c} 3")),
+                ],
+                newest: Some("1700000000004-0".into()),
+                keys: BTreeMap::from([(key.to_string(), c.to_string())]),
+            },
+        );
+        assert_eq!(s.last[0].as_deref(), Some("1700000000004-0"));
+        let obs: Vec<Observation> = std::fs::read_to_string(&path)
+            .expect("read")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("observation"))
+            .collect();
+        assert_eq!(ids(&obs, true), [a, b, c], "{obs:?}");
+        assert_eq!(ids(&obs, false), [a, b], "{obs:?}");
+        assert!(
+            !obs.iter()
+                .any(|o| matches!(o, Observation::SessionEnded { .. })),
+            "every hold ended by a release: {obs:?}"
+        );
+        assert!(log_id("1700000000004-12"));
+        assert!(!log_id("3") && !log_id("1:10:100:-5") && !log_id("-1"));
     }
 
     /// An external client (nothing announced): its owner comes from the reads,
