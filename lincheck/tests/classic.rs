@@ -1,6 +1,8 @@
 //! Hand-written classic cases.
 
-use lincheck::{check, Model, Op, OpKind, Validity};
+use lincheck::{
+    check, check_with_options, CheckOptions, FencedModel, KvModel, Model, Op, OpKind, Validity,
+};
 use serde_json::{json, Value};
 
 fn op(call: u64, ret: Option<u64>, kind: OpKind, arg: Value, out: Value) -> Op {
@@ -19,11 +21,28 @@ fn fw(call: u64, ret: Option<u64>, v: Value, token: i64, ok: Value) -> Op {
     op(call, ret, OpKind::Write, json!([v, token]), ok)
 }
 
+/// The default check's verdict, which the search alone (no witness path)
+/// must give too: every hand-written history is also a differential case.
 fn verdict(model: Model, ops: &[Op]) -> Validity {
-    match check(ops, model, None) {
+    let valid = match check(ops, model, None) {
         Ok(r) => r.valid,
         Err(e) => panic!("input error: {e}"),
+    };
+    let alone = CheckOptions {
+        witnesses: false,
+        ..CheckOptions::default()
+    };
+    let searched = match model {
+        Model::Kv => check_with_options(ops, &KvModel, &alone),
+        Model::Fenced => check_with_options(ops, &FencedModel, &alone),
     }
+    .map(|r| r.valid);
+    assert_eq!(
+        searched.ok(),
+        Some(valid),
+        "witness path and search alone disagree"
+    );
+    valid
 }
 
 #[test]

@@ -498,10 +498,15 @@ mod tests {
             .join(name);
         let files = crate::assess::event_files(&dir).expect("event files");
         let (events, _) = crate::record::history::merge(&files).expect("events");
-        let (storage, _) = crate::record::history::read_jsonl::<LogRecord>(
-            &dir.join(crate::record::rundir::STORAGE_LOG),
-        )
-        .expect("storage log");
+        // A storage of the user's own (http) keeps no log.
+        let log = dir.join(crate::record::rundir::STORAGE_LOG);
+        let storage = if log.is_file() {
+            crate::record::history::read_jsonl::<LogRecord>(&log)
+                .expect("storage log")
+                .0
+        } else {
+            Vec::new()
+        };
         let scenario =
             crate::scenario::Scenario::load_recorded(&dir.join("scenario.toml")).expect("scenario");
         (Recorded::new(events, storage), scenario.storage.fencing)
@@ -553,6 +558,57 @@ mod tests {
                 paths(&c)
             );
         }
+    }
+
+    /// Every recorded run the harness holds gets the same verdict from the
+    /// default check (witness path, with the storage's log where there is one)
+    /// as from the search alone.
+    #[test]
+    fn every_fixture_gets_the_same_verdict_with_and_without_the_witness_path() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut checked = Vec::new();
+        for entry in std::fs::read_dir(&root).expect("fixtures") {
+            let dir = entry.expect("entry").path();
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if !dir.join("scenario.toml").is_file() {
+                continue;
+            }
+            let (rec, fencing) = fixture(&name);
+            let c = check(&rec, fencing);
+            let ops: Vec<Op> = requests(&rec.events).into_iter().map(|(o, _)| o).collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let model = StorageModel {
+                fencing: fencing.intended(),
+            };
+            let alone = lincheck::check_with_options(
+                &ops,
+                &model,
+                &CheckOptions {
+                    witnesses: false,
+                    timeout: Some(BUDGET),
+                    ..CheckOptions::default()
+                },
+            )
+            .expect("recorded ops are well-formed");
+            let searched = match alone.valid {
+                lincheck::Validity::Linearizable => Validity::Valid,
+                lincheck::Validity::NotLinearizable => Validity::Invalid,
+                lincheck::Validity::Unknown => Validity::Unknown,
+            };
+            assert_eq!(c.valid, searched, "{name}: {:?}", paths(&c));
+            assert_ne!(c.valid, Validity::Unknown, "{name}");
+            checked.push(name);
+        }
+        assert!(
+            checked.len() >= 8,
+            "only {checked:?} hold storage operations"
+        );
     }
 
     #[test]
