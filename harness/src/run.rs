@@ -309,14 +309,18 @@ async fn drive(
         plan.len()
     ));
 
-    // Aimed faults watch the workers' own records as they are written.
-    let feed = plan.iter().any(|p| p.aim.is_some()).then(|| {
-        Arc::new(nemesis::aim::Feed::start(
-            (0..run.s.workload.workers)
-                .map(|i| (i, rundir::worker_events(&run.dir, i)))
-                .collect(),
-        ))
-    });
+    // Aimed faults, and pauses that end on the next grant, watch the workers'
+    // own records as they are written.
+    let feed = plan
+        .iter()
+        .any(|p| p.aim.is_some() || p.until_next_grant)
+        .then(|| {
+            Arc::new(nemesis::aim::Feed::start(
+                (0..run.s.workload.workers)
+                    .map(|i| (i, rundir::worker_events(&run.dir, i)))
+                    .collect(),
+            ))
+        });
     let begin = tokio::time::Instant::now();
     let end = begin + Duration::from_nanos(end_ns.saturating_sub(monotonic_ns()));
     let nem_task = tokio::spawn(nem.clone().run(plan, begin, end, feed));

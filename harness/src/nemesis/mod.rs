@@ -99,6 +99,9 @@ pub struct Nemesis {
     run_dir: std::path::PathBuf,
     /// Those files as read so far (`reported.rs`).
     reported: Mutex<reported::Follow>,
+    /// The workers' events as they are written (set by `run` when a fault is
+    /// aimed or a pause ends on the next grant).
+    feed: std::sync::OnceLock<Arc<aim::Feed>>,
 }
 
 impl Nemesis {
@@ -114,6 +117,7 @@ impl Nemesis {
             held: Mutex::new(HashMap::new()),
             run_dir: events.parent().map(Path::to_path_buf).unwrap_or_default(),
             reported: Mutex::new(reported::Follow::default()),
+            feed: std::sync::OnceLock::new(),
         }))
     }
 
@@ -127,6 +131,9 @@ impl Nemesis {
         end: tokio::time::Instant,
         feed: Option<Arc<aim::Feed>>,
     ) {
+        if let Some(f) = &feed {
+            let _ = self.feed.set(f.clone());
+        }
         let mut tasks = Vec::new();
         // Each `[[fault]]`'s aimed injections in turn: one is armed after the
         // one before it has ended, so they never overlap.

@@ -7,13 +7,16 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use tokio::sync::broadcast::error::RecvError;
+
+use super::aim::Seen;
 use super::effect::{self, StopTarget};
 use super::{Ask, Nemesis, Planned, Resolved};
 use fencecheck_reports::FaultEffect;
 
 use crate::backend::Service;
 use crate::record::history::{EventType, F};
-use crate::scenario::{FaultKind, Target};
+use crate::scenario::{AimEvent, FaultKind, Target};
 
 /// Workers are frozen by the nemesis itself; members and the storage by the
 /// backend.
@@ -126,6 +129,8 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
         Resolved::Workers(v) if !by_backend => v.iter().map(|v| v.pid).collect(),
         _ => Vec::new(),
     };
+    // Listening before the stop, so no grant made while it lasts is missed.
+    let until = NextGrant::listen(n, p, target);
     let mut done = Vec::new();
     let mut errors = Vec::new();
     // Workers are host processes the nemesis freezes itself (unless they are
@@ -168,7 +173,20 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
     }
     n.record(&start);
     let frozen: Vec<Service> = frozen.into_iter().map(|(svc, _)| svc).collect();
-    tokio::time::sleep(p.duration).await;
+    let ended = match until {
+        Some(u) => Some(u.wait(p.duration).await),
+        None if p.until_next_grant => {
+            tokio::time::sleep(p.duration).await;
+            Some(serde_json::json!({
+                "ended_by": "duration",
+                "why": "no single worker paused whose lock the workers' records name",
+            }))
+        }
+        None => {
+            tokio::time::sleep(p.duration).await;
+            None
+        }
+    };
     for &pid in &stopped {
         if let Err(e) = cont(pid) {
             errors.push(format!("SIGCONT pid {pid}: {e}"));
@@ -188,9 +206,115 @@ pub async fn inject(n: &Nemesis, p: &Planned, target: &Resolved) {
         EventType::Ok
     };
     let mut end = n.event(p, kind, F::Fault(FaultKind::Pause));
-    end.detail = Some(serde_json::json!({ "action": "resume" }));
+    let mut detail = serde_json::json!({ "action": "resume" });
+    if let (Some(d), Some(serde_json::Value::Object(e))) = (detail.as_object_mut(), ended) {
+        d.extend(e);
+    }
+    end.detail = Some(detail);
     if !errors.is_empty() {
         end.error = Some(errors.join("; "));
     }
     n.record(&end);
+}
+
+/// `until = "next-grant"`: the paused worker, the lock it held, and the
+/// workers' records as they are written.
+struct NextGrant {
+    rx: tokio::sync::broadcast::Receiver<Seen>,
+    worker: u32,
+    key: Option<String>,
+}
+
+impl NextGrant {
+    fn listen(n: &Nemesis, p: &Planned, target: &Resolved) -> Option<NextGrant> {
+        let Resolved::Workers(v) = target else {
+            return None;
+        };
+        let victim = match v.as_slice() {
+            [one] if p.until_next_grant => one,
+            _ => return None,
+        };
+        Some(NextGrant {
+            rx: n.feed.get()?.subscribe(),
+            worker: victim.worker,
+            key: victim.key.clone(),
+        })
+    }
+
+    /// Returns on the first grant to another worker of the same lock (any lock
+    /// when the worker held none), or after `cap`: what ended the pause.
+    async fn wait(mut self, cap: std::time::Duration) -> serde_json::Value {
+        let next = async {
+            loop {
+                match self.rx.recv().await {
+                    Ok(s) if self.ends(&s) => return s,
+                    Ok(_) | Err(RecvError::Lagged(_)) => continue,
+                    // The feed is gone: only the cap ends the pause.
+                    Err(RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        tokio::select! {
+            s = next => serde_json::json!({ "ended_by": "next-grant", "grant": s }),
+            _ = tokio::time::sleep(cap) => serde_json::json!({ "ended_by": "duration" }),
+        }
+    }
+
+    fn ends(&self, s: &Seen) -> bool {
+        s.event == AimEvent::Grant
+            && s.worker != self.worker
+            && (self.key.is_none() || s.key == self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(event: AimEvent, worker: u32, key: &str) -> Seen {
+        Seen {
+            event,
+            worker,
+            key: Some(key.into()),
+            grant: Some(9),
+            session: None,
+            time_ns: 1,
+        }
+    }
+
+    #[test]
+    fn a_pause_ends_on_another_workers_grant_of_the_same_lock_or_at_its_cap() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (tx, rx) = tokio::sync::broadcast::channel(16);
+            let u = NextGrant {
+                rx,
+                worker: 1,
+                key: Some("k0".into()),
+            };
+            for s in [
+                seen(AimEvent::Read, 2, "k0"),
+                seen(AimEvent::Grant, 2, "k1"),
+                seen(AimEvent::Grant, 1, "k0"),
+                seen(AimEvent::Grant, 3, "k0"),
+            ] {
+                tx.send(s).expect("send");
+            }
+            let ended = u.wait(std::time::Duration::from_secs(30)).await;
+            assert_eq!(ended["ended_by"], "next-grant", "{ended}");
+            assert_eq!(ended["grant"]["worker"], 3, "{ended}");
+
+            let (_tx, rx) = tokio::sync::broadcast::channel::<Seen>(16);
+            let u = NextGrant {
+                rx,
+                worker: 1,
+                key: None,
+            };
+            let ended = u.wait(std::time::Duration::from_millis(10)).await;
+            assert_eq!(ended["ended_by"], "duration", "{ended}");
+        });
+    }
 }

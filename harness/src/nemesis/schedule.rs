@@ -51,6 +51,9 @@ pub struct Planned {
     pub by: Duration,
     /// clock-jump of an elector only: how far it steps backward (instead).
     pub back: Duration,
+    /// pause only: ends on the next grant to another worker (`until =
+    /// "next-grant"`), `duration` at the latest.
+    pub until_next_grant: bool,
 }
 
 /// Faults must end before the run does, so every paused process wakes and acts
@@ -91,6 +94,7 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Planned> {
                 latency_jitter: latency_jitter.unwrap_or_default(),
                 by: f.by().unwrap_or_default(),
                 back: f.back().unwrap_or_default(),
+                until_next_grant: f.until().is_some(),
             }
         })
         .collect()

@@ -18,7 +18,8 @@ fn is_off(a: &Aim) -> bool {
 /// Declares one kind's table: the fields every kind takes (who and when), then the
 /// kind's own durations.
 macro_rules! fault_table {
-    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident),* $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident),* $(,)? }
+     $(; $($(#[$xdoc:meta])* $extra:ident : $xty:ty),* )?) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -52,14 +53,33 @@ macro_rules! fault_table {
                 #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
                 pub $field: Option<Duration>,
             )*
+            $($(
+                $(#[$xdoc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $extra: Option<$xty>,
+            )*)?
         }
     };
 }
 
 fault_table!(
     /// `pause`: SIGSTOP for `duration`, then SIGCONT.
-    Pause { duration }
+    Pause { duration };
+    /// End sooner, on an event the harness sees (`duration` is then the cap).
+    until: Until
 );
+
+/// `[[fault]] until`: what ends a pause before its `duration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Until {
+    /// The next grant of the paused worker's lock to another worker (of any
+    /// lock, when it held none): the woken worker's next request then races
+    /// the new holder's first, which a fixed length almost never makes happen
+    /// (the new holder has written by then) — the race of a check-then-write
+    /// storage.
+    NextGrant,
+}
 fault_table!(
     /// `revoke-lease` and `expire-session`: instantaneous, nothing of their own.
     Session {}
@@ -164,6 +184,13 @@ impl Fault {
             Fault::RevokeLease(_) | Fault::ExpireSession(_) | Fault::Kill(_) => None,
         }
     }
+    /// pause: what ends it before its `duration`.
+    pub fn until(&self) -> Option<Until> {
+        match self {
+            Fault::Pause(f) => f.until,
+            _ => None,
+        }
+    }
     /// delay: (latency, jitter).
     pub fn latency(&self) -> (Option<Duration>, Option<Duration>) {
         match self {
@@ -232,6 +259,18 @@ impl Fault {
         );
         if needs_duration && self.duration().is_none() {
             return Err(("kind", format!("a {kind} needs a `duration`")));
+        }
+        if self.until().is_some()
+            && !matches!(t, Target::Holder | Target::RandomWorker | Target::Worker(_))
+        {
+            return Err((
+                "until",
+                format!(
+                    "`until = \"next-grant\"` ends the pause of one worker when another is \
+                     granted its lock; target {t} does not fit (expected holder, random-worker \
+                     or worker:N)"
+                ),
+            ));
         }
         if let Fault::Delay(d) = self {
             if d.latency.is_none() {
@@ -395,6 +434,7 @@ fn taken_by(field: &str) -> Option<&'static str> {
         "latency" | "latency_jitter" => "kind = \"delay\"",
         "by" => "kind = \"clock-jump\"",
         "restart_after" => "kind = \"kill\"",
+        "until" => "kind = \"pause\"",
         "duration" => {
             "kind = \"pause\", \"delay\", \"partition\" or \"clock-jump\" (a kill lasts \
              until its `restart_after`; revoke-lease and expire-session are instantaneous)"
@@ -509,6 +549,34 @@ mod tests {
         let e =
             err("name = \"x\"\n[[fault]]\nkind = \"kill\"\nat = \"1s\"\n[[fault]]\nat = \"1s\"\n");
         assert_eq!(e.line, Some(5), "the second table's header: {e}");
+    }
+
+    #[test]
+    fn until_next_grant_is_a_pause_of_one_worker() {
+        let head = "name = \"x\"\n[[fault]]\n";
+        let ok = Scenario::parse(
+            &format!("{head}kind = \"pause\"\naim = \"read\"\nuntil = \"next-grant\"\nduration = \"5s\"\n"),
+            "u.toml",
+        )
+        .expect("valid");
+        assert_eq!(ok.faults[0].until(), Some(super::Until::NextGrant));
+        let again = Scenario::parse(&ok.to_toml(), "again.toml").expect("round trip");
+        assert_eq!(again.faults, ok.faults);
+        let e = err(&format!(
+            "{head}kind = \"pause\"\ntarget = \"leader\"\nat = \"1s\"\nduration = \"1s\"\nuntil = \"next-grant\"\n"
+        ));
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("target leader does not fit"), "{e}");
+        let e = err(&format!(
+            "{head}kind = \"kill\"\nat = \"1s\"\nuntil = \"next-grant\"\n"
+        ));
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.message.contains("goes only with kind = \"pause\""), "{e}");
+        let e = err(&format!(
+            "{head}kind = \"pause\"\nat = \"1s\"\nduration = \"1s\"\nuntil = \"next-release\"\n"
+        ));
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("next-grant"), "{e}");
     }
 
     #[test]

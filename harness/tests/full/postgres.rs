@@ -112,6 +112,42 @@ fn pg_check_then_write_is_caught_at_read_committed_and_repaired_by_serializable(
     assert_eq!(in_history, retries);
 }
 
+/// The same mistake caught by one kind of pause alone: aimed at the holder's
+/// read, ended when the harness sees the lock granted to another worker; the
+/// woken write's check then comes before the new holder's write and its update
+/// after it (`until = "next-grant"`).
+#[test]
+fn pg_check_then_write_is_caught_by_a_pause_that_ends_on_the_next_grant() {
+    let _g = serial();
+    let (_t, _out, r) = run("pg-check-then-write-next-grant");
+    let (acc, _) = fencing(&r);
+    assert!(
+        acc >= 1,
+        "no stale write accepted: {}",
+        r["checks"]["fencing"]
+    );
+    let pauses = faults_of(&r, "pause");
+    assert!(!pauses.is_empty(), "no pause recorded");
+    for p in &pauses {
+        let d = &p["detail"];
+        assert_eq!(p["outcome"], "ok", "{p}");
+        assert_eq!(d["ended_by"], "next-grant", "{p}");
+        let (paused, granted) = (&d["target"]["workers"][0], &d["grant"]);
+        assert_eq!(granted["event"], "grant", "{p}");
+        assert_eq!(
+            granted["key"], paused["key"],
+            "the paused holder's lock: {p}"
+        );
+        assert_ne!(granted["worker"], paused["worker"], "{p}");
+        // It ended before its cap: at the grant, which came after the read it
+        // was aimed at.
+        let (read_ns, grant_ns) = (n(&d["aim"]["seen"]["time_ns"]), n(&granted["time_ns"]));
+        assert!(grant_ns > read_ns, "{p}");
+        let lasted = n(&p["end_ns"]).saturating_sub(n(&p["start_ns"]));
+        assert!(lasted < n(&d["duration_ms"]) * 1_000_000, "{p}");
+    }
+}
+
 #[test]
 fn pg_crash_with_synchronous_commit_loses_nothing_acknowledged() {
     let _g = serial();
