@@ -15,6 +15,22 @@ use anyhow::{bail, Context, Result};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
 
+/// Lua: every string key and its value, flat in `kv` (`KEYS` is fine on a
+/// keyspace of a few keys; python-redis-lock's `lock-signal:` keys are lists).
+/// A macro, so the scripts that use it are one literal each (`concat!`).
+macro_rules! lua_string_keys {
+    () => {
+        "local kv = {}
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  if redis.call('TYPE', k).ok == 'string' then
+    kv[#kv + 1] = k
+    kv[#kv + 1] = redis.call('GET', k)
+  end
+end
+"
+    };
+}
+
 mod feed;
 
 use crate::record::observe::ObservationWriter;
@@ -168,20 +184,9 @@ impl RedisService {
 }
 
 /// Every lock key (whatever the library named it, never the harness's own) and
-/// its value: `KEYS` is fine on a keyspace of a few keys. One script, so the
-/// keys and values are one moment's; only strings (python-redis-lock's
-/// `lock-signal:` keys are lists).
+/// its value; one script, so the keys and values are one moment's.
 async fn read_locks(c: &mut MultiplexedConnection) -> Result<BTreeMap<String, String>> {
-    const READ_ALL: &str = r"
-local out = {}
-for _, k in ipairs(redis.call('KEYS', '*')) do
-  if redis.call('TYPE', k).ok == 'string' then
-    out[#out + 1] = k
-    out[#out + 1] = redis.call('GET', k)
-  end
-end
-return out
-";
+    const READ_ALL: &str = concat!(lua_string_keys!(), "return kv\n");
     // Bytes: a library's value need not be UTF-8 (read lossily, it is still
     // told apart), and one such value must not fail the whole read.
     let flat: Vec<Vec<u8>> = redis::cmd("EVAL")

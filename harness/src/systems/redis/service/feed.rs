@@ -398,8 +398,8 @@ async fn sync(
     marker: &str,
     last: Option<&str>,
 ) -> Result<Synced> {
-    const SYNC: &str = r"
-local log = {}
+    const SYNC: &str = concat!(
+        r"local log = {}
 if ARGV[3] ~= '' then
   for _, e in ipairs(redis.call('XRANGE', KEYS[1], '(' .. ARGV[3], '+')) do
     log[#log + 1] = e[1]
@@ -409,16 +409,12 @@ end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local newest = ''
 if #top > 0 then newest = top[1][1] end
-local kv = {}
-for _, k in ipairs(redis.call('KEYS', '*')) do
-  if redis.call('TYPE', k).ok == 'string' then
-    kv[#kv + 1] = k
-    kv[#kv + 1] = redis.call('GET', k)
-  end
-end
-redis.call('PUBLISH', ARGV[1], 'sync ' .. ARGV[2])
+",
+        lua_string_keys!(),
+        r"redis.call('PUBLISH', ARGV[1], 'sync ' .. ARGV[2])
 return {newest, log, kv}
-";
+"
+    );
     let (newest, log, kv): (String, Vec<String>, Vec<Vec<u8>>) = redis::cmd("EVAL")
         .arg(SYNC)
         .arg(1)
