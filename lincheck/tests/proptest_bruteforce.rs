@@ -83,25 +83,7 @@ fn history(model: Model, seed: u64, n: usize) -> Vec<Op> {
         for i in order {
             let op = &mut ops[i];
             let st = value.entry(op.key.clone()).or_insert((Value::Null, None));
-            match (model, &op.op) {
-                (_, OpKind::Read) => op.out = st.0.clone(),
-                (Model::Kv, OpKind::Write) => st.0 = op.arg.clone(),
-                (Model::Kv, _) => {
-                    let ok = op.arg[0] == st.0;
-                    if ok {
-                        st.0 = op.arg[1].clone();
-                    }
-                    op.out = json!(ok);
-                }
-                (Model::Fenced, _) => {
-                    let t = op.arg[1].as_u64().unwrap_or(0);
-                    let ok = st.1.is_none_or(|m| t >= m);
-                    if ok {
-                        *st = (op.arg[0].clone(), Some(t));
-                    }
-                    op.out = json!(ok);
-                }
-            }
+            common::place(model, st, op);
         }
         if n > 0 && rng.chance(0.5) {
             let i = rng.below(n as u64) as usize;

@@ -137,26 +137,10 @@ fn simulate(model: Model, g: &mut Gen, ops: &mut [Op], lins: &[Option<u64>]) {
         let fresh_guess = g.rng.chance(0.6);
         let op = &mut ops[i];
         let st = state.entry(op.key.clone()).or_insert((Value::Null, None));
-        match (model, &op.op) {
-            (_, OpKind::Read) => op.out = st.0.clone(),
-            (Model::Kv, OpKind::Write) => st.0 = op.arg.clone(),
-            (Model::Kv, _) => {
-                op.arg[0] = if fresh_guess { st.0.clone() } else { guess };
-                let ok = op.arg[0] == st.0;
-                if ok {
-                    st.0 = op.arg[1].clone();
-                }
-                op.out = json!(ok);
-            }
-            (Model::Fenced, _) => {
-                let t = op.arg[1].as_u64().unwrap_or(0);
-                let ok = st.1.is_none_or(|m| t >= m);
-                if ok {
-                    *st = (op.arg[0].clone(), Some(t));
-                }
-                op.out = json!(ok);
-            }
+        if common::is_kv_cas(model, op) {
+            op.arg[0] = if fresh_guess { st.0.clone() } else { guess };
         }
+        common::place(model, st, op);
     }
     for (i, op) in ops.iter_mut().enumerate() {
         if lins[i].is_none() && op.op == OpKind::Cas {

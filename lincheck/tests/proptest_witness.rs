@@ -78,26 +78,10 @@ fn history(model: Model, seed: u64, n: usize, repeats: bool) -> (Vec<Op>, Vec<Op
         };
         let op = &mut ops[i];
         let st = state.entry(op.key.clone()).or_insert((Value::Null, None));
-        match (model, &op.op) {
-            (_, OpKind::Read) => op.out = st.0.clone(),
-            (Model::Kv, OpKind::Write) => st.0 = op.arg.clone(),
-            (Model::Kv, _) => {
-                op.arg[0] = guess.unwrap_or_else(|| st.0.clone());
-                let ok = op.arg[0] == st.0;
-                if ok {
-                    st.0 = op.arg[1].clone();
-                }
-                op.out = json!(ok);
-            }
-            (Model::Fenced, _) => {
-                let t = op.arg[1].as_u64().unwrap_or(0);
-                let ok = st.1.is_none_or(|m| t >= m);
-                if ok {
-                    *st = (op.arg[0].clone(), Some(t));
-                }
-                op.out = json!(ok);
-            }
+        if common::is_kv_cas(model, op) {
+            op.arg[0] = guess.unwrap_or_else(|| st.0.clone());
         }
+        common::place(model, st, op);
     }
     for _ in 0..rng.below(3) {
         let i = rng.below(n.max(1) as u64) as usize;

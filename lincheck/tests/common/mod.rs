@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use lincheck::{Model, Op, OpKind};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,4 +99,37 @@ fn dfs(model: Model, ops: &[Op], placed: &mut [bool], states: &mut BTreeMap<Stri
         }
     }
     false
+}
+
+/// One key's state while outputs are simulated: (value, max token).
+pub type KeyState = (Value, Option<u64>);
+
+/// Places `op` next in a real linearization: applies it to its key's state as
+/// the model does and writes its output. A kv cas compares against the
+/// expected value already in `arg[0]` (the caller's guess).
+pub fn place(model: Model, st: &mut KeyState, op: &mut Op) {
+    match (model, &op.op) {
+        (_, OpKind::Read) => op.out = st.0.clone(),
+        (Model::Kv, OpKind::Write) => st.0 = op.arg.clone(),
+        (Model::Kv, _) => {
+            let ok = op.arg[0] == st.0;
+            if ok {
+                st.0 = op.arg[1].clone();
+            }
+            op.out = json!(ok);
+        }
+        (Model::Fenced, _) => {
+            let t = op.arg[1].as_u64().unwrap_or(0);
+            let ok = st.1.is_none_or(|m| t >= m);
+            if ok {
+                *st = (op.arg[0].clone(), Some(t));
+            }
+            op.out = json!(ok);
+        }
+    }
+}
+
+/// Whether `op` is a kv cas (its expected value is the caller's to choose).
+pub fn is_kv_cas(model: Model, op: &Op) -> bool {
+    model == Model::Kv && !matches!(op.op, OpKind::Read | OpKind::Write)
 }
