@@ -148,6 +148,25 @@ pub fn run_scenario(name: &str, extra: &[&str], out: &Path) -> (Output, Value) {
     (output, read_report(out))
 }
 
+/// Runs a shipped scenario (`scenarios/NAME.toml`) that must meet its `[expect]`
+/// (exit 0) with every grant observed and resolved (no problems), at least
+/// `min_grants` grants, and nothing left behind; returns its report and history.
+pub fn run_met(name: &str, min_grants: usize) -> (Value, Vec<Value>) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("run");
+    let (o, r) = run_scenario(name, &[], &out);
+    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
+    assert_eq!(r["problems"], serde_json::json!([]), "{name}");
+    let h = history(&out);
+    let granted = h
+        .iter()
+        .filter(|e| e["f"] == "acquire" && e["type"] == "ok")
+        .count();
+    assert!(granted >= min_grants, "{name}: only {granted} grants");
+    assert_nothing_left(&out);
+    (r, h)
+}
+
 pub fn read_report(run_dir: &Path) -> Value {
     std::fs::read_to_string(run_dir.join("report.json"))
         .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))

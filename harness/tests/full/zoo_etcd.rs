@@ -18,19 +18,7 @@ use serde_json::Value;
 /// Runs `scenarios/zoo/<name>.toml` with its own seed; it must meet its
 /// `[expect]` (exit 0), on a history that is not empty and left nothing behind.
 fn zoo(name: &str) -> (Value, Vec<Value>) {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("run");
-    let (o, r) = run_scenario(&format!("zoo/{name}"), &[], &out);
-    assert_eq!(o.status.code(), Some(0), "{name}: {}", explain(&o));
-    assert_eq!(r["problems"], serde_json::json!([]), "{name}");
-    let h = history(&out);
-    let granted = h
-        .iter()
-        .filter(|e| e["f"] == "acquire" && e["type"] == "ok")
-        .count();
-    assert!(granted >= 4, "{name}: only {granted} grants");
-    assert_nothing_left(&out);
-    (r, h)
+    run_met(&format!("zoo/{name}"), 4)
 }
 
 /// Late grants as the grant-validity check counts them: told after the
