@@ -74,10 +74,8 @@ fault_table!(
 #[serde(rename_all = "kebab-case")]
 pub enum Until {
     /// The next grant of the paused worker's lock to another worker (of any
-    /// lock, when it held none): the woken worker's next request then races
-    /// the new holder's first, which a fixed length almost never makes happen
-    /// (the new holder has written by then) — the race of a check-then-write
-    /// storage.
+    /// lock, when it held none): the woken worker's next request then runs
+    /// beside the new holder's first, however long the lease took to end.
     NextGrant,
 }
 fault_table!(

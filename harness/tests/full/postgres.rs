@@ -113,9 +113,9 @@ fn pg_check_then_write_is_caught_at_read_committed_and_repaired_by_serializable(
 }
 
 /// The same mistake caught by one kind of pause alone: aimed at the holder's
-/// read, ended when the harness sees the lock granted to another worker; the
-/// woken write's check then comes before the new holder's write and its update
-/// after it (`until = "next-grant"`).
+/// read, ended when the harness sees the lock granted to another worker
+/// (`until = "next-grant"`), so the woken write's check and update run beside
+/// the new holder's first requests.
 #[test]
 fn pg_check_then_write_is_caught_by_a_pause_that_ends_on_the_next_grant() {
     let _g = serial();
