@@ -74,13 +74,7 @@ pub(crate) fn decide<M: SeqModel>(
     log: Option<&[Option<u64>]>,
     deadline: Option<Instant>,
 ) -> Vec<Decision> {
-    let refuted = slots::<Refutation>(parts.len());
-    par_for(parts.len(), |k| {
-        if let Some(r) = refute(model, &parts[k].ops, parts[k].values.len()) {
-            put(&refuted[k], r);
-        }
-    });
-    let refuted = collect(refuted);
+    let refuted = refute_each(model, parts);
     if let Some(k) = refuted.iter().position(Option::is_some) {
         return explain_violation(model, ops, parts, k, &refuted, deadline, true)
             .into_iter()
@@ -133,19 +127,24 @@ pub(crate) fn decide<M: SeqModel>(
 }
 
 /// The finder and the search alone (the witness path off).
-pub(crate) fn decide_by_search<M: SeqModel>(
-    model: &M,
-    ops: &[Op],
-    parts: &[Part<M::Input>],
-    deadline: Option<Instant>,
-) -> Vec<Decision> {
+/// The violation finder on every partition, in parallel.
+fn refute_each<M: SeqModel>(model: &M, parts: &[Part<M::Input>]) -> Vec<Option<Refutation>> {
     let refuted = slots::<Refutation>(parts.len());
     par_for(parts.len(), |k| {
         if let Some(r) = refute(model, &parts[k].ops, parts[k].values.len()) {
             put(&refuted[k], r);
         }
     });
-    let refuted = collect(refuted);
+    collect(refuted)
+}
+
+pub(crate) fn decide_by_search<M: SeqModel>(
+    model: &M,
+    ops: &[Op],
+    parts: &[Part<M::Input>],
+    deadline: Option<Instant>,
+) -> Vec<Decision> {
+    let refuted = refute_each(model, parts);
     let all: Vec<usize> = (0..parts.len()).collect();
     let decided = match refuted.iter().position(Option::is_some) {
         Some(k) => explain_violation(model, ops, parts, k, &refuted, deadline, false),
